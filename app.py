@@ -1,0 +1,13 @@
+"""`python app.py`: the gguf-trainer GUI.
+
+The browser GUI arrives with a later version; until then this entry point says so and
+points at the command line, which runs the whole pipeline already.
+"""
+from __future__ import annotations
+
+import sys
+
+from trainer_core.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["serve", *sys.argv[1:]]))

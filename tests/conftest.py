@@ -1,0 +1,68 @@
+"""Shared fixtures: an isolated environment, a CLI runner, prompt files."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path_factory, monkeypatch):
+    """No test sees the user's home, settings or Hub token."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GGUF_TRAINER_HOME", str(home / ".gguf-trainer"))
+    for var in ("HF_TOKEN", "GGUF_TRAINER_MATERIALS", "GGUF_TRAINER_MOCK_TEACHER",
+                "GGUF_TRAINER_LOCK_FD", "GGUF_TRAINER_RUN_ID", "GGUF_TRAINER_PARENT_PID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return home
+
+
+def cli(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `gguf-trainer ARGS` (as `python -m trainer_core`) in a fresh process."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "trainer_core", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=cwd)
+
+
+@pytest.fixture
+def run_cli():
+    return cli
+
+
+def write_prompts(path: Path, n: int, seed: int = 0) -> list[str]:
+    """n distinct prompts of 3-12 words, one a line; returns them."""
+    rng = random.Random(seed)
+    words = ("cat dog sheep sunglasses portrait lady castle forest neon city night sunset river "
+             "mountain cyberpunk watercolor oil painting glass bridge storm lantern desert robot").split()
+    prompts: list[str] = []
+    seen: set[str] = set()
+    while len(prompts) < n:
+        text = f"{len(prompts)} " + " ".join(rng.choice(words) for _ in range(rng.randint(3, 12)))
+        if text.lower() not in seen:
+            seen.add(text.lower())
+            prompts.append(text)
+    path.write_text("".join(p + "\n" for p in prompts), encoding="utf-8")
+    return prompts
+
+
+@pytest.fixture
+def text_project(tmp_path, run_cli):
+    """A llada_image project whose corpus is one local file of 600 prompts, n_val 40."""
+    root = tmp_path / "work" / "llada_adapter"
+    prompts = tmp_path / "prompts.txt"
+    write_prompts(prompts, 600)
+    r = run_cli("new", "--project", str(root), "--pack", "llada_image")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("set", "--project", str(root), "--set", "corpus.presets=[]",
+                "--set", f"corpus.extra_files={prompts}", "--set", "corpus.n_val=40")
+    assert r.returncode == 0, r.stderr
+    return root

@@ -1,0 +1,111 @@
+"""The CLI and the pipeline driver end to end: `new`, `run --only corpus`, events, state, status."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainer_core.events import EventTailer
+from trainer_core.stages.corpus import read_corpus
+
+
+def events_of(root: Path) -> list[dict]:
+    return EventTailer(root / "events.jsonl").read()
+
+
+def test_new_then_run_only_corpus(text_project, run_cli):
+    root = text_project
+    r = run_cli("run", "--project", str(root), "--only", "corpus")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "[corpus] starting" in r.stdout  # the foreground run streams its log
+
+    train = read_corpus(root / "data" / "train.txt")
+    val = read_corpus(root / "data" / "val.txt")
+    # 600 distinct prompts, n_val 40 -> 560 train; empty_frac 0.01 -> int(560*0.01)=5 and max(1, int(0.4))=1
+    assert len(val) == 40 and len(train) == 560
+    assert train.count("") == 5 and val.count("") == 1
+    assert not ({p for p in train if p} & {p for p in val if p})
+
+    events = events_of(root)
+    runs = {e["run"] for e in events}
+    assert len(runs) == 1 and None not in runs
+    statuses = [(e["stage"], e["payload"]["status"]) for e in events if e["type"] == "status"]
+    assert statuses == [(None, "running"), ("corpus", "running"), ("corpus", "done"), (None, "done")]
+    artifacts = {e["payload"]["kind"]: e["payload"] for e in events if e["type"] == "artifact"}
+    assert artifacts["corpus_train"]["lines"] == 560 and artifacts["corpus_train"]["empty"] == 5
+    assert artifacts["corpus_val"]["lines"] == 40 and artifacts["corpus_val"]["empty"] == 1
+    assert all(e["stage"] == "corpus" for e in events if e["type"] in ("progress", "artifact", "log"))
+
+    state = json.loads((root / "state.json").read_text())
+    assert state["status"] == "done" and state["pid"] is None
+    assert state["stages"]["corpus"]["status"] == "done"
+    assert "pipeline.pid" not in {p.name for p in root.iterdir()}
+
+    # a second run skips the stage: done is decided from the files
+    before = (root / "data" / "train.txt").stat().st_mtime_ns
+    r = run_cli("run", "--project", str(root), "--only", "corpus")
+    assert r.returncode == 0 and "already done, skipping" in r.stdout
+    assert (root / "data" / "train.txt").stat().st_mtime_ns == before
+    second = [e for e in events_of(root) if e["run"] not in runs]
+    assert [(e["stage"], e["payload"]) for e in second if e["type"] == "status" and e["stage"]] == [
+        ("corpus", {"status": "done", "skipped": True})]
+
+
+def test_full_run_fails_clearly_at_the_first_missing_stage(text_project, run_cli):
+    r = run_cli("run", "--project", str(text_project))
+    assert r.returncode == 1
+    assert "Precompute (val) stage is not available" in r.stdout
+    s = run_cli("status", "--project", str(text_project), "--json")
+    report = json.loads(s.stdout)
+    assert report["status"] == "failed"
+    by_name = {st["name"]: st for st in report["stages"]}
+    assert by_name["corpus"]["status"] == "done" and by_name["corpus"]["done"] is True
+    assert by_name["precompute_val"]["status"] == "failed"
+    assert "not available" in by_name["precompute_val"]["error"]
+    assert [st["name"] for st in report["stages"]] == [
+        "corpus", "precompute_val", "precompute_train", "train", "export", "eval"]
+    human = run_cli("status", "--project", str(text_project))
+    assert human.returncode == 0 and ": failed" in human.stdout and "last error:" in human.stdout
+
+
+def test_run_steps_sets_before_running(text_project, run_cli):
+    r = run_cli("run", "--project", str(text_project), "--only", "corpus", "--steps", "1.5k")
+    assert r.returncode == 0
+    assert "train.steps: 20000 -> 1500" in r.stdout
+    assert json.loads((text_project / "project.json").read_text())["train"]["steps"] == 1500
+    r = run_cli("set", "--project", str(text_project))
+    assert r.stdout.strip() == "train.steps: 1500"
+
+
+def test_set_steps_hints_from_the_checkpoint_sidecar(text_project, run_cli):
+    ckpt = text_project / "checkpoints"
+    ckpt.mkdir()
+    (ckpt / "last.json").write_text(json.dumps({"step": 5000, "steps": 20000}))
+    r = run_cli("set", "--project", str(text_project), "--steps", "4k")
+    assert "train.steps: 20000 -> 4000" in r.stdout and "already covers it" in r.stdout
+    r = run_cli("set", "--project", str(text_project), "--steps", "12,000")
+    assert "continues from step 5000 to 12000" in r.stdout
+    r = run_cli("set", "--project", str(text_project), "--steps", "12_000")
+    assert "no setting changed" in r.stdout
+
+
+def test_status_of_a_new_project_and_version(tmp_path, run_cli):
+    root = tmp_path / "t5_adapter"
+    assert run_cli("new", "--project", str(root), "--pack", "t5xxl_pixart").returncode == 0
+    report = json.loads(run_cli("status", "--project", str(root), "--json").stdout)
+    assert report["status"] == "idle" and report["pack"] == "t5xxl_pixart"
+    assert report["name"] == "pig_t5_adapter"
+    assert report["export"] == str(tmp_path / "pig_t5_adapter-f16.gguf")
+    assert all(st["status"] == "-" for st in report["stages"])
+    v = run_cli("--version")
+    assert v.returncode == 0 and v.stdout.startswith("gguf-trainer ")
+    packs = run_cli("packs").stdout.split()
+    assert {"llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage", "t5xxl_pixart"} <= set(packs)
+
+
+def test_app_py_runs(run_cli):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    r = subprocess.run([sys.executable, str(REPO / "app.py")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "gguf-trainer" in r.stdout

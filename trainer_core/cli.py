@@ -1,0 +1,283 @@
+"""`gguf-trainer`: the command line.
+
+    gguf-trainer new    --project DIR --pack ID [--name NAME]
+    gguf-trainer run    --project DIR [--only STAGE ...] [--force] [--steps N]   # foreground
+    gguf-trainer start  --project DIR [--only STAGE ...] [--force] [--steps N]   # detached
+    gguf-trainer stop   --project DIR [--timeout S]
+    gguf-trainer kill   --project DIR
+    gguf-trainer status --project DIR [--json]
+    gguf-trainer set    --project DIR [--steps N] [--set KEY=VALUE ...]
+    gguf-trainer packs
+    gguf-trainer [serve] [--auto-resume]          # the GUI (arrives in a later version)
+
+Errors are one sentence on stderr; exit codes: 0 ok, 1 failed, 2 bad input (unknown
+project, pack, setting or value), 3 the project is already running.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from . import __version__
+from .atomic import read_json
+from .errors import TrainerError
+from .packs import PACKS
+from .pipeline import check_only, run_pipeline
+from .project import Project, last_project
+from .runner import request_stop, kill_pipeline, runtime_status, start_pipeline
+from .stages import STAGES, stage_done
+
+__all__ = ["main", "build_parser"]
+
+SUBCOMMANDS = ("serve", "new", "run", "start", "stop", "kill", "status", "set", "packs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gguf-trainer", description="Train pig_clip adapters for ggk.")
+    parser.add_argument("--version", action="version", version=f"gguf-trainer {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    serve = sub.add_parser("serve", help="open the GUI (default)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8655)
+    serve.add_argument("--no-browser", action="store_true")
+    serve.add_argument("--auto-resume", action="store_true",
+                       help="relaunch the last project if its run was interrupted")
+
+    new = sub.add_parser("new", help="create a project")
+    new.add_argument("--project", required=True, metavar="DIR")
+    new.add_argument("--pack", required=True, metavar="ID", help="one of: " + ", ".join(PACKS))
+    new.add_argument("--name", help="adapter name (default: pig_<folder name>)")
+
+    for name, help in (("run", "run the pipeline in the foreground"), ("start", "launch the pipeline detached")):
+        p = sub.add_parser(name, help=help)
+        p.add_argument("--project", required=True, metavar="DIR")
+        p.add_argument("--only", nargs="+", metavar="STAGE", help="run only these stages")
+        p.add_argument("--force", action="store_true", help="re-run export and eval even when current")
+        p.add_argument("--steps", help="set train.steps first (12000, 12k, 1.5k, ...)")
+
+    stop = sub.add_parser("stop", help="ask the run to save and exit")
+    stop.add_argument("--project", required=True, metavar="DIR")
+    stop.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (0: do not wait)")
+
+    kill = sub.add_parser("kill", help="kill the run at once, without saving")
+    kill.add_argument("--project", required=True, metavar="DIR")
+
+    status = sub.add_parser("status", help="show the run and its stages")
+    status.add_argument("--project", required=True, metavar="DIR")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+
+    set_ = sub.add_parser("set", help="change settings (also while running)")
+    set_.add_argument("--project", required=True, metavar="DIR")
+    set_.add_argument("--steps", help="the planned step count (12000, 12k, 40k, ...)")
+    set_.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
+                      help="any setting, e.g. train.lr=1e-4 or corpus.extra_files=a.txt,b.jsonl")
+
+    sub.add_parser("packs", help="list the trainer packs")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        argv = ["serve", *argv]
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except TrainerError as e:
+        print(str(e), file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+# ---------------------------------------------------------------- commands
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if args.auto_resume:
+        auto_resume()
+    print(f"gguf-trainer {__version__}: the browser GUI arrives in a later version. Meanwhile the "
+          f"whole pipeline runs from the command line; see `gguf-trainer --help`.")
+    return 0
+
+
+def auto_resume() -> int | None:
+    """Relaunch the last project if its run was interrupted (a crash or a reboot)."""
+    path = last_project()
+    if path is None:
+        return None
+    try:
+        project = Project.open(path)
+        if not project.settings.auto_resume or runtime_status(project)["status"] != "interrupted":
+            return None
+        pid = start_pipeline(project)
+    except TrainerError as e:
+        print(f"auto-resume of {path} failed: {e}", file=sys.stderr)
+        return None
+    print(f"auto-resume: relaunched the interrupted run of {project.root} (pid {pid})")
+    return pid
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    project = Project.create(args.project, args.pack, args.name)
+    print(f"created {project.pack.id} project {project.root} (adapter {project.settings.name}, "
+          f"export {project.gguf_path()})")
+    return 0
+
+
+def _set_steps(project: Project, steps: str | None) -> None:
+    if steps is None:
+        return
+    before, after = project.update_settings([f"train.steps={steps}"])
+    if before.train.steps == after.train.steps:
+        print(f"train.steps: {after.train.steps} (unchanged)")
+    else:
+        print(f"train.steps: {before.train.steps} -> {after.train.steps}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    project = Project.open(args.project)
+    only = check_only(args.only)
+    _set_steps(project, args.steps)
+    return run_pipeline(project, only, args.force, echo=True)
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    project = Project.open(args.project)
+    only = check_only(args.only)
+    _set_steps(project, args.steps)
+    pid = start_pipeline(project, only, args.force)
+    print(f"pipeline launched (pid {pid}), logging to {project.pipeline_log}")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    project = Project.open(args.project)
+    info = runtime_status(project)
+    if info["pid"] is None and info["stage_pid"] is None:
+        request_stop(project)
+        print(f"not running ({info['status']})")
+        return 0
+    if request_stop(project, timeout=args.timeout):
+        print("stopped")
+    else:
+        print(f"stop requested (pid {info['pid'] or info['stage_pid']} still finishing its current step)")
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    project = Project.open(args.project)
+    info = runtime_status(project)
+    if info["pid"] is None and info["stage_pid"] is None:
+        print(f"not running ({info['status']})")
+        return 0
+    if kill_pipeline(project):
+        print("killed")
+        return 0
+    print("the run's processes did not exit after SIGKILL", file=sys.stderr)
+    return 1
+
+
+_STAGE_DETAILS = ("detail", "count", "total", "unit", "step", "steps", "val_cos", "best_val_cos", "error")
+
+
+def status_report(project: Project) -> dict[str, Any]:
+    info = runtime_status(project)
+    state = project.read_state()
+    stages = []
+    for spec in STAGES:
+        entry = state.get("stages", {}).get(spec.name, {})
+        done = stage_done(project, spec.name)
+        stages.append({"name": spec.name, "title": spec.title, "done": done,
+                       "status": "done" if done else entry.get("status", "-"),
+                       **({} if done else {k: entry[k] for k in _STAGE_DETAILS if k in entry})})
+    last = read_json(project.checkpoints_dir / "last.json", None)
+    best = read_json(project.checkpoints_dir / "best.json", None)
+    return {"project": str(project.root), "pack": project.pack.id, "name": project.settings.name,
+            "status": info["status"], "pid": info["pid"], "stage_pid": info["stage_pid"],
+            "run": state.get("run"), "stage": state.get("stage"), "error": state.get("error"),
+            "planned_steps": project.settings.train.steps, "stages": stages,
+            "checkpoints": {"last": last, "best": best}, "export": str(project.gguf_path())}
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    project = Project.open(args.project)
+    report = status_report(project)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    pid = f" (pid {report['pid']})" if report["pid"] else ""
+    print(f"{report['project']}: {report['status']}{pid}  [{report['pack']}, {report['name']}]")
+    if report["status"] == "interrupted":
+        note = (f"; its stage process (pid {report['stage_pid']}) is still saving"
+                if report["stage_pid"] else "")
+        print(f"  the last run stopped without finishing (a crash or a reboot){note}; "
+              f"`gguf-trainer start --project {report['project']}` resumes it")
+    for stage in report["stages"]:
+        extra = {k: v for k, v in stage.items() if k not in ("name", "title", "done", "status")}
+        print(f"  {stage['name']:<18} {stage['status']:<10} {json.dumps(extra) if extra else ''}".rstrip())
+    for which in ("last", "best"):
+        sidecar = report["checkpoints"][which]
+        if isinstance(sidecar, dict):
+            print(f"  checkpoint {which}: step {sidecar.get('step')} (val cos {sidecar.get('val_cos')})")
+    if report["error"] and report["status"] == "failed":
+        print(f"  last error: {report['error']} (see {project.pipeline_log})")
+    return 0
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    project = Project.open(args.project)
+    if args.steps is None and not args.assignments:
+        print(f"train.steps: {project.settings.train.steps}")
+        return 0
+    assignments = list(args.assignments)
+    if args.steps is not None:
+        assignments.append(f"train.steps={args.steps}")
+    before, after = project.update_settings(assignments)
+    b, a = _flatten(before.to_dict()), _flatten(after.to_dict())
+    changed = [key for key in a if a[key] != b.get(key)]
+    for key in changed:
+        print(f"{key}: {json.dumps(b.get(key))} -> {json.dumps(a[key])}")
+    if not changed:
+        print("no setting changed")
+    if "train.steps" in changed:
+        _steps_hint(project, after.train.steps)
+    return 0
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def _steps_hint(project: Project, steps: int) -> None:
+    if runtime_status(project)["status"] == "running":
+        print(f"the trainer picks the new count up within {project.settings.train.log_every} steps")
+        return
+    last = read_json(project.checkpoints_dir / "last.json", None)
+    step = last.get("step") if isinstance(last, dict) else None
+    if isinstance(step, int) and step >= steps:
+        print(f"the checkpoint at step {step} already covers it; training counts as done")
+    elif isinstance(step, int):
+        print(f"`gguf-trainer start --project {project.root}` continues from step {step} to {steps}")
+
+
+def cmd_packs(args: argparse.Namespace) -> int:
+    for pack in PACKS.values():
+        print(f"{pack.id:<20} {pack.title}")
+    return 0
+
+
+COMMANDS = {"serve": cmd_serve, "new": cmd_new, "run": cmd_run, "start": cmd_start, "stop": cmd_stop,
+            "kill": cmd_kill, "status": cmd_status, "set": cmd_set, "packs": cmd_packs}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

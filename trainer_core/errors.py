@@ -1,0 +1,70 @@
+"""The error hierarchy. Every message a user sees is one sentence that says what
+happened and what to do; the CLI prints it and exits with the error's code, the GUI
+shows it in its error banner.
+
+    TrainerError                 base; exit code 1
+    ├── UsageError               bad input from the user; exit code 2
+    │   ├── ConfigError          one or more invalid settings (all of them listed)
+    │   ├── NoProjectError       the folder is not a project
+    │   ├── ProjectExistsError   `new` on a folder that already is a project
+    │   └── UnknownPackError     no pack with that id
+    ├── AlreadyRunningError      the project's run lock is held; exit code 3
+    ├── CorpusError              a prompt file that cannot be read or is too small
+    └── StageNotAvailableError   a stage this version does not implement yet
+"""
+from __future__ import annotations
+
+__all__ = [
+    "TrainerError", "UsageError", "ConfigError", "NoProjectError", "ProjectExistsError",
+    "UnknownPackError", "AlreadyRunningError", "CorpusError", "StageNotAvailableError",
+]
+
+
+class TrainerError(Exception):
+    """Base class: the message is meant for the user as it is."""
+
+    exit_code = 1
+
+
+class UsageError(TrainerError):
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """Every problem of a configuration at once; `problems` keeps them one per item."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        if len(self.problems) == 1:
+            text = self.problems[0]
+        else:
+            text = f"{len(self.problems)} settings are invalid: " + "; ".join(self.problems)
+        super().__init__(text)
+
+
+class NoProjectError(UsageError):
+    pass
+
+
+class ProjectExistsError(UsageError):
+    pass
+
+
+class UnknownPackError(UsageError):
+    pass
+
+
+class AlreadyRunningError(TrainerError):
+    exit_code = 3
+
+    def __init__(self, message: str, pid: int | None = None):
+        super().__init__(message)
+        self.pid = pid
+
+
+class CorpusError(TrainerError):
+    pass
+
+
+class StageNotAvailableError(TrainerError):
+    pass

@@ -1,0 +1,24 @@
+"""The pack registry. Packs are listed here explicitly, in the order the GUI shows them."""
+from __future__ import annotations
+
+from ..errors import UnknownPackError
+from . import llada_image, qwen3vl_mageflow, qwen3vl_qwenimage, t5xxl_pixart
+from .base import TrainerPack
+
+__all__ = ["PACKS", "DEFAULT_PACK", "get_pack", "TrainerPack"]
+
+PACKS: dict[str, TrainerPack] = {
+    p.id: p
+    for p in (llada_image.PACK, qwen3vl_mageflow.PACK, qwen3vl_qwenimage.PACK, t5xxl_pixart.PACK)
+}
+DEFAULT_PACK = "llada_image"
+
+
+def get_pack(pack_id: str) -> TrainerPack:
+    try:
+        return PACKS[pack_id]
+    except (KeyError, TypeError):
+        known = ", ".join(PACKS)
+        raise UnknownPackError(
+            f'There is no trainer pack "{pack_id}"; choose one of: {known}.'
+        ) from None

@@ -1,0 +1,28 @@
+"""LLaDA-Image-Turbo: the 16B LLaDA2-MoE text stack → pig_clip + a 256-query resampler."""
+from __future__ import annotations
+
+from .base import TrainerPack
+
+PACK = TrainerPack(
+    id="llada_image",
+    title="LLaDA-Image-Turbo (LLaDA2-MoE 16B → 256-query resampler)",
+    description=(
+        "Replaces the 16B LLaDA2-MoE text encoder of LLaDA-Image-Turbo with pig_clip and a "
+        "seedless 256-query Perceiver resampler (the trainer8 recipe). The teacher target is the "
+        "256 QueryFormer rows of cap_feats after the 6-layer text_projection; the adapter is "
+        "text-only and pairs unchanged with the model's SigVQ vision encoder for editing. "
+        "The teacher needs ~34 GB of combined GPU + CPU memory."
+    ),
+    adapter_kind="resampler",
+    corpus_kind="text",
+    default_folder="llada_adapter",
+    shard_contract="llada_image/2",
+    teacher_repo="inclusionAI/LLaDA-Image-Turbo",
+    defaults={},  # the built-in defaults are this recipe's
+    export_kvs={
+        "adapter.qwen_hidden_source": "final_norm",
+        "adapter.target": "llada_image_turbo text_projection query rows",
+        "adapter.teacher": "inclusionAI/LLaDA-Image-Turbo",
+    },
+    ggk_min_version="0.5.7",
+)

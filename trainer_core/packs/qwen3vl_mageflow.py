@@ -1,0 +1,41 @@
+"""MageFlow-Edit: the Qwen3-VL-4B-Instruct text stack → pig_clip + a token-aligned vision adapter."""
+from __future__ import annotations
+
+from .base import TrainerPack
+
+PACK = TrainerPack(
+    id="qwen3vl_mageflow",
+    title="MageFlow-Edit (Qwen3-VL-4B-Instruct → token-aligned + vision)",
+    description=(
+        "Replaces the Qwen3-VL-4B-Instruct text stack of MageFlow-Edit with pig_clip and a "
+        "token-aligned adapter with a vision extension (the trainer5 recipe): a frozen "
+        "vision_proj (2560 → 1024) and a trained vis_in let the unchanged "
+        "mmproj-qwen3vl-4b-it-f16.gguf vision encoder drive editing as well as text-to-image. "
+        "Trains on an image corpus (Flickr30k by default) with synthesized edit instructions."
+    ),
+    adapter_kind="token_aligned_vision",
+    corpus_kind="image",
+    default_folder="qwen3vl_4b_adapter",
+    shard_contract="qwen3vl_mageflow/1",
+    teacher_repo="Qwen/Qwen3-VL-4B-Instruct",
+    defaults={
+        "corpus": {
+            "image_presets": ["flickr30k"],
+            "n_image": 56000, "n_two": 3000, "n_text": 27000,
+            "n_val_image": 1024, "n_val_text": 512,
+            "empty_frac": 0.015,
+        },
+        "precompute": {
+            "shard_size": 512, "val_shard_size": 256,
+            "teacher_batch": 0, "tok_budget": 0, "student_batch": 0,
+            "student_tok_budget": 0, "vis_tok_budget": 0, "teacher_mode": "auto",
+        },
+        "train": {"depth": 4},
+        "export": {"export_sigvq": False},
+    },
+    export_kvs={
+        "adapter.qwen_hidden_source": "final_norm",
+        "adapter.teacher": "Qwen/Qwen3-VL-4B-Instruct",
+        "adapter.teacher_tap": "final_norm",
+    },
+)

@@ -1,0 +1,45 @@
+"""Qwen-Image 2.1: the full Qwen3-VL-8B-Instruct → pig_clip + a token-aligned vision adapter."""
+from __future__ import annotations
+
+from .base import TrainerPack
+
+PACK = TrainerPack(
+    id="qwen3vl_qwenimage",
+    title="Qwen-Image 2.1 (Qwen3-VL-8B-Instruct → token-aligned + vision)",
+    description=(
+        "Replaces the Qwen3-VL-8B-Instruct text stack of Qwen-Image 2.1 with pig_clip and a "
+        "token-aligned adapter with a 4096 ↔ 1024 vision bridge, distilled from the full Hugging "
+        "Face model (deepstack, M-RoPE image positions, pre-norm tap). Only the rows the DiT reads "
+        "are trained. Text-to-image needs only the adapter; editing pairs it with the unchanged "
+        "mmproj-qwen3vl-8b-it-f16.gguf. Needs ggk 0.6.6+."
+    ),
+    adapter_kind="token_aligned_vision",
+    corpus_kind="image",
+    default_folder="qwen3vl_8b_adapter",
+    shard_contract="qwen3vl_qwenimage/1",
+    teacher_repo="Qwen/Qwen3-VL-8B-Instruct",
+    defaults={
+        "corpus": {
+            "image_presets": ["flickr30k"],
+            "n_image": 30000, "n_two": 2000, "n_text": 40000,
+            "n_val_image": 512, "n_val_text": 512,
+            "empty_frac": 0.015,
+        },
+        "precompute": {
+            "shard_size": 256, "val_shard_size": 128,
+            "teacher_batch": 0, "tok_budget": 0, "student_batch": 0,
+            "student_tok_budget": 0, "vis_tok_budget": 0, "teacher_mode": "auto",
+        },
+        "train": {"depth": 4},
+        "export": {"export_sigvq": False},
+    },
+    export_kvs={
+        "adapter.qwen_hidden_source": "final_norm",
+        "adapter.teacher": "Qwen/Qwen3-VL-8B-Instruct",
+        "adapter.teacher_tap": "pre_norm_last_layer",
+        "adapter.teacher_deepstack": True,
+        "adapter.vision_contract": "qwen_image_2_1",
+        "adapter.supervised_rows": "consumed_text",
+    },
+    ggk_min_version="0.6.6",
+)

@@ -1,0 +1,272 @@
+"""The pipeline driver: runs each unfinished stage as its own child process, in order.
+
+    python -m trainer_core.pipeline --project DIR [--only STAGE ...] [--force]
+
+It holds the project's run lock for its whole life (inherited from `start`, or taken
+itself), stamps every JSON line a stage prints and appends it to `events.jsonl`, keeps
+`state.json` current, writes human-readable lines to `pipeline.log`, forwards stop
+requests to the running stage, and exits 0 (done or stopped), 1 (failed), 2 (no project
+or bad arguments) or 3 (already running).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from datetime import datetime
+from typing import Any
+
+from .errors import AlreadyRunningError, TrainerError, UsageError
+from .events import EventWriter, make_event, parse_event
+from .locks import FileLock
+from .project import Project, remember_last_project
+from .runner import LOCK_FD_ENV, acquire_run_lock, child_env, read_pid_file, write_pid_file
+from .stages import STAGE_NAMES, STAGES, StageSpec, stage_done
+from .stages.base import EXIT_DONE, EXIT_STOPPED, PARENT_PID_ENV, RUN_ID_ENV
+
+__all__ = ["Driver", "run_pipeline", "main", "check_only"]
+
+STATE_WRITE_INTERVAL = 1.0  # seconds between state.json writes for progress alone
+
+
+def check_only(only: list[str] | None) -> list[str] | None:
+    if not only:
+        return None
+    unknown = [s for s in only if s not in STAGE_NAMES]
+    if unknown:
+        raise UsageError(f'--only got unknown stage "{unknown[0]}"; the stages are '
+                         + ", ".join(STAGE_NAMES) + ".")
+    return list(only)
+
+
+class Driver:
+    def __init__(self, project: Project, lock: FileLock, only: list[str] | None = None,
+                 force: bool = False, echo: bool = False):
+        self.project, self.lock, self.only, self.force, self.echo = project, lock, only, force, echo
+        self.run_id = datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+        self.stop_reason: str | None = None
+        self.child: subprocess.Popen | None = None
+        self.events = EventWriter(project.events_jsonl)
+        self.log_fd = os.open(project.pipeline_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.state: dict[str, Any] = {}
+        self._state_written = 0.0
+
+    # ------------------------------------------------------------ output
+    def log(self, message: str, stage: str | None = None) -> None:
+        stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        prefix = f"[{stage}] " if stage else ""
+        line = f"[{stamp}] {prefix}{message}\n"
+        os.write(self.log_fd, line.encode("utf-8"))
+        if self.echo:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+    def emit(self, type: str, stage: str | None = None, at: float | None = None, **payload: Any) -> None:
+        event = make_event(type, payload, stage=stage, run=self.run_id, at=at)
+        self.events.write(event)
+        self._apply(event)
+
+    def save_state(self, force: bool = True) -> None:
+        now = time.monotonic()
+        if force or now - self._state_written >= STATE_WRITE_INTERVAL:
+            self.project.write_state(self.state)
+            self._state_written = now
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        """Fold an event into state.json and pipeline.log."""
+        stage, kind, p = event["stage"], event["type"], event["payload"]
+        entry = self.state["stages"].setdefault(stage, {}) if stage else None
+        important = False
+        if kind == "status" and entry is not None:
+            entry.update({k: v for k, v in p.items() if k != "pid"})
+            entry["updated"] = event["time"]
+            important = True
+        elif kind in ("progress", "metric") and entry is not None:
+            entry.update(p)
+            entry["updated"] = event["time"]
+        elif kind == "error":
+            if entry is not None:
+                entry["error"] = p.get("message")
+            self.log("!!! " + str(p.get("message")), stage)
+            important = True
+        elif kind == "log":
+            level = p.get("level", "info")
+            self.log(("WARNING: " if level == "warning" else "ERROR: " if level == "error" else "")
+                     + str(p.get("message")), stage)
+        elif kind == "artifact":
+            details = ", ".join(f"{k} {v}" for k, v in p.items() if k not in ("path", "kind"))
+            self.log(f"wrote {p.get('path')}" + (f" ({details})" if details else ""), stage)
+        if kind == "progress" and p.get("detail"):
+            total = f" ({p.get('count')}/{p.get('total')} {p.get('unit', '')})".rstrip() if p.get("total") else ""
+            self.log(f"{p['detail']}{total}", stage)
+        if entry is not None or important:
+            self.save_state(force=important)
+
+    # ------------------------------------------------------------ stop handling
+    def request_stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        if self.child is not None and self.child.poll() is None:
+            try:
+                self.child.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def stop_requested(self) -> bool:
+        if self.stop_reason is None and self.project.stop_file.exists():
+            self.stop_reason = "STOP file"
+        return self.stop_reason is not None
+
+    def _install_signals(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _f: self.request_stop(f"signal {signum}"))
+
+    # ------------------------------------------------------------ the run
+    def run(self) -> int:
+        self._install_signals()
+        write_pid_file(self.project.pipeline_pid, os.getpid())
+        self.project.stop_file.unlink(missing_ok=True)
+        self.state = self.project.read_state()
+        self.state.update(status="running", pid=os.getpid(), started=time.time(), finished=None,
+                          error=None, stage=None, run=self.run_id)
+        what = f" (only {' '.join(self.only)})" if self.only else ""
+        self.log(f"pipeline {self.run_id} started{what}{' --force' if self.force else ''}, pid {os.getpid()}")
+        self.emit("status", status="running", pid=os.getpid(), only=self.only, force=self.force)
+        self.save_state()
+        outcome, error = "done", None
+        try:
+            for spec in STAGES:
+                if self.only and spec.name not in self.only:
+                    continue
+                forced = self.force and spec.forceable
+                if not forced and self._skip_if_done(spec):
+                    continue
+                if self.stop_requested():
+                    outcome = "stopped"
+                    break
+                outcome, error = self._run_stage(spec, forced)
+                if outcome != "done":
+                    break
+        except Exception as e:  # a bug in the driver itself
+            self.log("!!! " + traceback.format_exc().rstrip().replace("\n", "\n!!! "))
+            outcome, error = "failed", f"{type(e).__name__}: {e}"
+        return self._finish(outcome, error)
+
+    def _skip_if_done(self, spec: StageSpec) -> bool:
+        settings = self.project.reload()
+        if spec.name == "eval" and not settings.export.run_eval:
+            if not stage_done(self.project, "eval"):
+                self.log("evaluation is off (export.run_eval); skipping", spec.name)
+                self.emit("status", stage=spec.name, status="skipped", skipped=True, detail="export.run_eval is off")
+            return True
+        if not stage_done(self.project, spec.name):
+            return False
+        self.log("already done, skipping", spec.name)
+        self.emit("status", stage=spec.name, status="done", skipped=True)
+        return True
+
+    def _run_stage(self, spec: StageSpec, forced: bool) -> tuple[str, str | None]:
+        self.state["stage"] = spec.name
+        self.state["stages"][spec.name] = {"started": time.time()}
+        if spec.module is None:
+            message = (f"The {spec.title} stage is not available in this version of gguf-trainer yet; "
+                       f"run the stages it has with --only (e.g. --only corpus).")
+            self.emit("error", stage=spec.name, message=message)
+            self.emit("status", stage=spec.name, status="failed", finished=time.time())
+            return "failed", message
+        argv = [sys.executable, "-m", spec.module, "--project", str(self.project.root), *spec.args]
+        env = child_env({RUN_ID_ENV: self.run_id, PARENT_PID_ENV: str(os.getpid()),
+                         LOCK_FD_ENV: str(self.lock.fd)})
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+        self.log(f"starting{' (forced re-run)' if forced else ''}", spec.name)
+        self.child = subprocess.Popen(argv, cwd=self.project.root, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, stderr=self.log_fd, env=env,
+                                      pass_fds=[self.lock.fd])
+        self.emit("status", stage=spec.name, status="running", pid=self.child.pid, forced=forced)
+        if self.stop_reason:  # a signal that arrived while we were spawning
+            self.request_stop(self.stop_reason)
+        last_error = None
+        assert self.child.stdout is not None
+        for raw in self.child.stdout:
+            event = parse_event(raw)
+            if event is None:
+                text = raw.decode("utf-8", "replace").rstrip()
+                if text:
+                    self.emit("log", stage=spec.name, level="info", message=text)
+                continue
+            if event["type"] == "error":
+                last_error = event["payload"].get("message")
+            self.emit(event["type"], stage=spec.name, at=event["time"], **event["payload"])
+        code = self.child.wait()
+        self.child = None
+        if code == EXIT_DONE:
+            outcome, error = "done", None
+        elif code == EXIT_STOPPED:
+            outcome, error = "stopped", None
+        else:
+            outcome = "failed"
+            error = last_error or (f"the {spec.name} stage process was killed by signal {-code}"
+                                   if code < 0 else f"the {spec.name} stage process exited with code {code}")
+            if last_error is None:
+                self.emit("error", stage=spec.name, message=error + " (see pipeline.log)")
+        self.log(f"{outcome}", spec.name)
+        self.emit("status", stage=spec.name, status=outcome, finished=time.time(),
+                  **({"error": error} if error else {}))
+        return outcome, error
+
+    def _finish(self, outcome: str, error: str | None) -> int:
+        self.state.update(status=outcome, finished=time.time(), pid=None, error=error)
+        self.log(f"pipeline {self.run_id} {outcome}" + (f": {error}" if error else ""))
+        self.emit("status", status=outcome, **({"error": error} if error else {}))
+        self.save_state()
+        self.project.stop_file.unlink(missing_ok=True)
+        record = read_pid_file(self.project.pipeline_pid)
+        if record and record.get("pid") == os.getpid():
+            self.project.pipeline_pid.unlink(missing_ok=True)
+        self.events.close()
+        os.close(self.log_fd)
+        return 1 if outcome == "failed" else 0
+
+
+def run_pipeline(project: Project, only: list[str] | None = None, force: bool = False,
+                 echo: bool = False, lock: FileLock | None = None) -> int:
+    """Run the pipeline in this process (the foreground `gguf-trainer run`, and the driver)."""
+    only = check_only(only)
+    lock = lock or acquire_run_lock(project)
+    try:
+        remember_last_project(project.root)
+        return Driver(project, lock, only, force, echo).run()
+    finally:
+        lock.release()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer_core.pipeline")
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--only", nargs="+", metavar="STAGE")
+    parser.add_argument("--force", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        project = Project.open(args.project)
+        lock = None
+        fd = os.environ.pop(LOCK_FD_ENV, "")
+        if fd.isdigit():
+            inherited = FileLock(project.run_lock)
+            if inherited.adopt(int(fd)):
+                lock = inherited
+        return run_pipeline(project, args.only, args.force, echo=False, lock=lock)
+    except AlreadyRunningError as e:
+        print(str(e), file=sys.stderr)
+        return e.exit_code
+    except TrainerError as e:
+        print(str(e), file=sys.stderr)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

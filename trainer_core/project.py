@@ -1,0 +1,252 @@
+"""A project folder: where every artifact lives, its settings, its state, the last project.
+
+A folder is a project when it holds `project.json`. Everything a run needs stays inside
+the folder (materials, corpus, shards, checkpoints, eval.json), so a reboot loses nothing;
+the exported GGUFs go next to the folder unless `export.output_dir` says otherwise.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from .atomic import atomic_write_json, read_json
+from .config import Settings, apply_assignments, default_settings_dict, settings_from_dict
+from .errors import ConfigError, NoProjectError, ProjectExistsError
+from .locks import FileLock
+from .packs import TrainerPack, get_pack
+
+__all__ = [
+    "Project", "user_dir", "default_projects_root", "remember_last_project", "last_project",
+    "new_state", "folder_is_project",
+]
+
+PROJECT_FILE = "project.json"
+
+
+def user_dir() -> Path:
+    """Per-user settings folder: $GGUF_TRAINER_HOME, else ~/.gguf-trainer."""
+    env = os.environ.get("GGUF_TRAINER_HOME")
+    return Path(env) if env else Path.home() / ".gguf-trainer"
+
+
+def default_projects_root() -> Path:
+    return Path.home() / "gguf-trainer" / "projects"
+
+
+def remember_last_project(root: Path) -> None:
+    path = user_dir() / "settings.json"
+    data = read_json(path, {})
+    data = data if isinstance(data, dict) else {}
+    data["last_project"] = str(Path(root).resolve())
+    atomic_write_json(path, data)
+
+
+def last_project() -> Path | None:
+    data = read_json(user_dir() / "settings.json", {})
+    value = data.get("last_project") if isinstance(data, dict) else None
+    return Path(value) if isinstance(value, str) and value else None
+
+
+def folder_is_project(path: str | os.PathLike) -> bool:
+    return (Path(path) / PROJECT_FILE).is_file()
+
+
+def new_state() -> dict[str, Any]:
+    return {"status": "idle", "stage": None, "stages": {}, "error": None, "pid": None}
+
+
+def _adapter_name(folder: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", folder).strip("._-") or "adapter"
+    return name if name.startswith("pig_") else "pig_" + name
+
+
+class Project:
+    """An opened project: its folder, validated settings and the paths of every artifact."""
+
+    def __init__(self, root: Path, settings: Settings):
+        self.root = root
+        self.settings = settings
+
+    # ------------------------------------------------------------ create / open
+    @classmethod
+    def create(cls, root: str | os.PathLike, pack_id: str, name: str | None = None) -> "Project":
+        root = Path(root).expanduser().resolve()
+        pack = get_pack(pack_id)
+        if folder_is_project(root):
+            current = read_json(root / PROJECT_FILE, {})
+            which = current.get("pack", "?") if isinstance(current, dict) else "?"
+            raise ProjectExistsError(
+                f"{root} is already a project (pack {which}); open it instead, or pick another folder."
+            )
+        if root.exists() and not root.is_dir():
+            raise NoProjectError(f"{root} is a file, not a folder; pick a folder for the new project.")
+        raw = default_settings_dict(pack.id)
+        raw["name"] = name if name is not None else _adapter_name(root.name)
+        settings = settings_from_dict(raw)  # validates a user-given name
+        root.mkdir(parents=True, exist_ok=True)
+        for lock in (root / ".settings.lock", root / ".run.lock"):
+            lock.touch()
+        project = cls(root, settings)
+        project.save_settings(settings)
+        project.write_state(new_state())
+        remember_last_project(root)
+        return project
+
+    @classmethod
+    def open(cls, root: str | os.PathLike) -> "Project":
+        root = Path(root).expanduser().resolve()
+        return cls(root, cls._load_settings(root))
+
+    @staticmethod
+    def _load_settings(root: Path) -> Settings:
+        path = root / PROJECT_FILE
+        if not root.is_dir():
+            raise NoProjectError(
+                f"There is no project at {root}: the folder does not exist; "
+                f"create one with `gguf-trainer new --project {root} --pack PACK`."
+            )
+        if not path.is_file():
+            raise NoProjectError(
+                f"{root} is not a gguf-trainer project (it has no project.json); pick the project "
+                f"folder itself, or create one with `gguf-trainer new --project {root} --pack PACK`."
+            )
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise ConfigError([f"{path} is not UTF-8 text; restore it from a backup or recreate the project"]) from None
+        except json.JSONDecodeError as e:
+            raise ConfigError([
+                f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); fix the file "
+                f"or recreate the project"
+            ]) from None
+        except OSError as e:
+            raise NoProjectError(f"{path} cannot be read ({e.strerror}); check its permissions.") from None
+        try:
+            return settings_from_dict(raw)
+        except ConfigError as e:
+            raise ConfigError([f"{path}: {p}" for p in e.problems]) from None
+
+    def reload(self) -> Settings:
+        self.settings = self._load_settings(self.root)
+        return self.settings
+
+    @property
+    def pack(self) -> TrainerPack:
+        return get_pack(self.settings.pack)
+
+    # ------------------------------------------------------------ settings
+    def save_settings(self, settings: Settings) -> None:
+        atomic_write_json(self.project_json, settings.to_dict())
+        self.settings = settings
+
+    def update_settings(self, assignments: list[str]) -> tuple[Settings, Settings]:
+        """Apply `key=value` assignments under the settings lock; returns (before, after).
+
+        The file is re-read inside the lock, so a GUI save and a CLI `set` never lose each
+        other's change; nothing is written unless every assignment is valid.
+        """
+        with FileLock(self.root / ".settings.lock"):
+            before = self.reload()
+            _, after = apply_assignments(before.to_dict(), assignments)
+            self.save_settings(after)
+        return before, after
+
+    # ------------------------------------------------------------ state
+    def read_state(self) -> dict[str, Any]:
+        state = read_json(self.state_json, None)
+        if not isinstance(state, dict):
+            return new_state()
+        state.setdefault("stages", {})
+        return state
+
+    def write_state(self, state: dict[str, Any]) -> None:
+        state["updated"] = time.time()
+        state.setdefault("host", socket.gethostname())
+        atomic_write_json(self.state_json, state)
+
+    # ------------------------------------------------------------ paths
+    @property
+    def project_json(self) -> Path:
+        return self.root / PROJECT_FILE
+
+    @property
+    def state_json(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def events_jsonl(self) -> Path:
+        return self.root / "events.jsonl"
+
+    @property
+    def pipeline_log(self) -> Path:
+        return self.root / "pipeline.log"
+
+    @property
+    def pipeline_pid(self) -> Path:
+        return self.root / "pipeline.pid"
+
+    @property
+    def stage_pid(self) -> Path:
+        return self.root / "stage.pid"
+
+    @property
+    def run_lock(self) -> Path:
+        return self.root / ".run.lock"
+
+    @property
+    def stop_file(self) -> Path:
+        return self.root / "STOP"
+
+    @property
+    def snapshot_file(self) -> Path:
+        return self.root / "SNAPSHOT"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def materials_dir(self) -> Path:
+        return self.root / "materials"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def eval_json(self) -> Path:
+        return self.root / "eval.json"
+
+    @property
+    def snapshots_json(self) -> Path:
+        return self.root / "snapshots.json"
+
+    def shards_dir(self, split: str) -> Path:
+        return self.root / "shards" / split
+
+    def corpus_files(self) -> tuple[Path, Path]:
+        """(train, val) corpus files: the user's own in files mode, else those under data/."""
+        c = self.settings.corpus
+        if self.pack.corpus_kind == "image":
+            return self.data_dir / "train.jsonl", self.data_dir / "val.jsonl"
+        if c.mode == "files":
+            return self.resolve_user_path(c.train_file), self.resolve_user_path(c.val_file)
+        return self.data_dir / "train.txt", self.data_dir / "val.txt"
+
+    def resolve_user_path(self, text: str) -> Path:
+        """A path the user typed: `~` expanded, relative paths taken from the project folder."""
+        path = Path(os.path.expanduser(text))
+        return Path(os.path.normpath(path if path.is_absolute() else self.root / path))
+
+    def output_dir(self) -> Path:
+        out = self.settings.export.output_dir
+        return self.resolve_user_path(out) if out else self.root.parent
+
+    def gguf_path(self, step: int | None = None) -> Path:
+        tag = f"-step{step}" if step is not None else ""
+        return self.output_dir() / f"{self.settings.name}{tag}-f16.gguf"

@@ -1,0 +1,101 @@
+"""The six pipeline stages, in order, and how each is proven done from the files on disk.
+
+"Done" never comes from state.json: after a crash or a reboot the state may be stale, the
+files are not. A stage whose `module` is None is not implemented in this version; the
+pipeline reports that as a failure instead of pretending.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..atomic import read_json
+from ..project import Project
+
+__all__ = ["StageSpec", "STAGES", "STAGE_NAMES", "get_stage", "stage_done", "count_lines",
+           "expected_shards", "valid_shards"]
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str              # as the CLI and events spell it
+    title: str             # as the GUI shows it
+    module: str | None     # `python -m <module> --project DIR <args>`; None: not in this version
+    args: tuple[str, ...] = ()
+    forceable: bool = False  # --force re-runs it even when done
+
+
+STAGES: tuple[StageSpec, ...] = (
+    StageSpec("corpus", "Corpus", "trainer_core.stages.corpus"),
+    StageSpec("precompute_val", "Precompute (val)", None, ("--split", "val")),
+    StageSpec("precompute_train", "Precompute (train)", None, ("--split", "train")),
+    StageSpec("train", "Train adapter", None),
+    StageSpec("export", "Export GGUF", None, forceable=True),
+    StageSpec("eval", "Evaluate", None, forceable=True),
+)
+STAGE_NAMES = tuple(s.name for s in STAGES)
+
+
+def get_stage(name: str) -> StageSpec:
+    for spec in STAGES:
+        if spec.name == name:
+            return spec
+    raise KeyError(name)
+
+
+def count_lines(path: Path) -> int:
+    """Lines in a corpus file (a last line without a newline counts)."""
+    n, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (last != b"\n")
+
+
+def expected_shards(project: Project, split: str) -> int:
+    train, val = project.corpus_files()
+    corpus = val if split == "val" else train
+    p = project.settings.precompute
+    size = p.val_shard_size if split == "val" else p.shard_size
+    lines = count_lines(corpus) if corpus.is_file() else 0
+    return max(1, math.ceil(lines / size))
+
+
+def valid_shards(project: Project, split: str) -> list[Path]:
+    """The split's shard files, or none when they were written under another contract."""
+    folder = project.shards_dir(split)
+    try:
+        contract = (folder / "CONTRACT").read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        return []
+    if contract != project.pack.shard_contract:
+        return []
+    return sorted(folder.glob(f"{split}-[0-9][0-9][0-9][0-9][0-9].safetensors"))
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def stage_done(project: Project, name: str) -> bool:
+    if name == "corpus":
+        return all(p.is_file() for p in project.corpus_files())
+    if name in ("precompute_val", "precompute_train"):
+        split = name.split("_", 1)[1]
+        return len(valid_shards(project, split)) >= expected_shards(project, split)
+    if name == "train":
+        sidecar = read_json(project.checkpoints_dir / "last.json", {})
+        step = sidecar.get("step") if isinstance(sidecar, dict) else None
+        return isinstance(step, int) and step >= project.settings.train.steps
+    if name == "export":
+        gguf, best = _mtime(project.gguf_path()), _mtime(project.checkpoints_dir / "best.pt")
+        return gguf is not None and best is not None and gguf >= best
+    if name == "eval":
+        ev, gguf = _mtime(project.eval_json), _mtime(project.gguf_path())
+        return stage_done(project, "export") and ev is not None and ev >= gguf
+    raise KeyError(name)

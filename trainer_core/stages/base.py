@@ -1,0 +1,119 @@
+"""What every stage process shares: its entry point, stop handling and exit codes.
+
+A stage module defines `run(project, report, should_stop) -> "done" | "stopped"` (pure of
+process concerns, so tests call it with a ListReport) and ends with
+
+    if __name__ == "__main__":
+        sys.exit(stage_main("corpus", run))
+
+`stage_main` opens the project, records the stage's pid, turns SIGTERM / SIGINT, the STOP
+file and the death of the pipeline driver into one stop request the stage polls at its
+safe points, and converts the outcome into an exit code the driver understands.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+import threading
+import traceback
+from typing import Callable
+
+from ..errors import TrainerError
+from ..events import Report, Reporter
+from ..locks import FileLock
+from ..project import Project
+from ..runner import LOCK_FD_ENV, write_pid_file
+
+__all__ = ["EXIT_DONE", "EXIT_FAILED", "EXIT_STOPPED", "StopRequest", "stage_main", "never",
+           "RUN_ID_ENV", "PARENT_PID_ENV"]
+
+EXIT_DONE, EXIT_FAILED, EXIT_STOPPED = 0, 1, 4
+RUN_ID_ENV = "GGUF_TRAINER_RUN_ID"
+PARENT_PID_ENV = "GGUF_TRAINER_PARENT_PID"
+
+StageRun = Callable[[Project, Report, Callable[[], bool]], str]
+
+
+def never() -> bool:
+    return False
+
+
+class StopRequest:
+    """True once a signal arrived, the STOP file exists, or the driver that started us died."""
+
+    def __init__(self, project: Project, report: Report):
+        self.project, self.report = project, report
+        self.reason: str | None = None
+
+    def __call__(self) -> bool:
+        if self.reason is None and self.project.stop_file.exists():
+            self.reason = "STOP file"
+        return self.reason is not None
+
+    def set(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+            self.report("log", level="warning",
+                        message=f"{reason}: finishing the current unit of work and saving")
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _frame: self.set(f"signal {signum}"))
+        parent = os.environ.get(PARENT_PID_ENV)
+        if parent and parent.isdigit():
+            self._watch_parent(int(parent))
+
+    def _watch_parent(self, parent: int) -> None:
+        if sys.platform.startswith("linux"):
+            try:  # the kernel sends SIGTERM when the driver dies, however it dies
+                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            except (OSError, AttributeError):
+                pass
+        if os.getppid() != parent:  # died before the line above took effect
+            self.set("the pipeline driver is gone")
+            return
+        event = threading.Event()
+
+        def watch() -> None:
+            while not event.wait(1.0):
+                if os.getppid() != parent:
+                    self.set("the pipeline driver is gone")
+                    return
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m trainer_core.stages.{name}")
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--split", choices=("val", "train"))
+    args = parser.parse_args(argv)
+    report: Report = Reporter()
+    try:
+        project = Project.open(args.project)
+    except TrainerError as e:
+        report("error", message=str(e))
+        return e.exit_code
+    report = Reporter(fallback=project.events_jsonl, run=os.environ.get(RUN_ID_ENV), stage=name)
+    lock = FileLock(project.run_lock)
+    fd = os.environ.get(LOCK_FD_ENV)
+    if fd and fd.isdigit():
+        lock.adopt(int(fd))  # held by us too until we exit: a crashed driver's orphan keeps the project
+    stop = StopRequest(project, report)
+    stop.install()
+    write_pid_file(project.stage_pid, os.getpid())
+    try:
+        outcome = run(project, report, stop)
+        return EXIT_STOPPED if outcome == "stopped" else EXIT_DONE
+    except TrainerError as e:
+        report("error", message=str(e))
+        return EXIT_FAILED
+    except Exception as e:  # a bug: the traceback goes to pipeline.log through stderr
+        traceback.print_exc()
+        report("error", message=f"{type(e).__name__}: {e} (the traceback is in pipeline.log)",
+               traceback=traceback.format_exc())
+        return EXIT_FAILED
+    finally:
+        project.stage_pid.unlink(missing_ok=True)
