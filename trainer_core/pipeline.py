@@ -155,6 +155,9 @@ class Driver:
         except Exception as e:  # a bug in the driver itself
             self.log("!!! " + traceback.format_exc().rstrip().replace("\n", "\n!!! "))
             outcome, error = "failed", f"{type(e).__name__}: {e}"
+            entry = self.state["stages"].get(self.state.get("stage") or "")
+            if entry is not None and entry.get("status") in (None, "running"):
+                entry.update(status="failed", error=error, finished=time.time())
         return self._finish(outcome, error)
 
     def _skip_if_done(self, spec: StageSpec) -> bool:
@@ -186,7 +189,7 @@ class Driver:
         self.log(f"starting{' (forced re-run)' if forced else ''}", spec.name)
         self.child = subprocess.Popen(argv, cwd=self.project.root, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.PIPE, stderr=self.log_fd, env=env,
-                                      pass_fds=[self.lock.fd])
+                                      pass_fds=[self.lock.fd] if os.name == "posix" else [])
         self.emit("status", stage=spec.name, status="running", pid=self.child.pid, forced=forced)
         if self.stop_reason:  # a signal that arrived while we were spawning
             self.request_stop(self.stop_reason)

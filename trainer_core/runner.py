@@ -163,6 +163,11 @@ def start_pipeline(project: Project, only: list[str] | None = None, force: bool 
     lock = acquire_run_lock(project)
     try:
         project.stop_file.unlink(missing_ok=True)
+        if os.name != "posix":  # pragma: no cover - no descriptor passing: the driver re-takes it
+            lock.release()
+            return launch_detached(pipeline_command(project, only, force), cwd=project.root,
+                                   log_path=project.pipeline_log, pid_path=project.pipeline_pid,
+                                   env=child_env(env_extra))
         env = child_env({LOCK_FD_ENV: str(lock.fd), **(env_extra or {})})
         return launch_detached(pipeline_command(project, only, force), cwd=project.root,
                                log_path=project.pipeline_log, pid_path=project.pipeline_pid,
