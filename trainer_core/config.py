@@ -376,6 +376,9 @@ def _cross_checks(s: Settings, problems: list[str]) -> None:
         problems.append(f"corpus.min_chars ({c.min_chars}) must not exceed corpus.max_chars ({c.max_chars})")
     if c.mode == "files" and get_pack(s.pack).corpus_kind == "image":
         problems.append('corpus.mode "files" is for text packs; image packs read data/train.jsonl and data/val.jsonl')
+    elif c.mode == "files" and not (c.train_file and c.val_file):
+        problems.append('corpus.mode "files" needs both corpus.train_file and corpus.val_file; set them '
+                        'together with the mode')
 
 
 def settings_from_dict(raw: Any) -> Settings:
@@ -456,10 +459,17 @@ def apply_assignments(raw: dict, assignments: list[str]) -> tuple[dict, Settings
             section[path[1]] = value
         elif len(path) == 3 and path[0] == "materials" and path[2] == "path":
             out.setdefault("materials", {}).setdefault(path[1], {})["path"] = value
+        elif len(path) == 1 and path[0] in known_sections:
+            problems.append(f'"{key}" is a group of settings; set one of them, e.g. '
+                            f'{key}.{known_sections[key][0]}=...')
         elif len(path) == 2 and path[0] in known_sections:
             problems.append(_unknown(key, known_sections[path[0]]))
         else:
             problems.append(_unknown(key, [*known_sections, *_TOP_LEVEL]))
+    try:
+        settings = settings_from_dict(out)
+    except ConfigError as e:
+        problems.extend(e.problems)
     if problems:
         raise ConfigError(problems)
-    return out, settings_from_dict(out)
+    return out, settings
