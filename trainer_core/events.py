@@ -105,6 +105,8 @@ class EventTailer:
         self.offset = offset
 
     def read(self, max_bytes: int = 8 << 20) -> list[dict[str, Any]]:
+        """Events from whole lines appended since the last call (about `max_bytes` at most;
+        a single longer line is still read whole)."""
         try:
             with open(self.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -112,6 +114,8 @@ class EventTailer:
                     self.offset = 0
                 f.seek(self.offset)
                 chunk = f.read(max_bytes)
+                while b"\n" not in chunk and len(chunk) and self.offset + len(chunk) < size:
+                    chunk += f.read(max_bytes)  # one line longer than max_bytes
         except FileNotFoundError:
             return []
         end = chunk.rfind(b"\n")

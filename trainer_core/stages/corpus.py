@@ -29,7 +29,9 @@ __all__ = ["run", "read_prompt_file", "build_pool", "split_corpus", "read_corpus
 
 def read_corpus(path: Path) -> list[str]:
     """The prompts of a corpus file: one a line, an empty line being the empty prompt."""
-    text = path.read_text(encoding="utf-8")
+    text = path.read_bytes().decode("utf-8")  # no universal newlines: only "\n" ends a prompt
+    if not text:
+        return []
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
@@ -37,7 +39,12 @@ def read_corpus(path: Path) -> list[str]:
 
 
 def write_corpus(path: Path, prompts: list[str]) -> None:
-    atomic_write_text(path, "".join(p.replace("\n", " ") + "\n" for p in prompts))
+    """One prompt a line; line breaks inside a prompt become spaces."""
+    atomic_write_text(path, "".join(_one_line(p) + "\n" for p in prompts))
+
+
+def _one_line(prompt: str) -> str:
+    return prompt.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
 
 
 def read_prompt_file(path: Path, setting: str = "corpus.extra_files") -> Iterator[str]:
@@ -59,7 +66,10 @@ def read_prompt_file(path: Path, setting: str = "corpus.extra_files") -> Iterato
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     is_jsonl = path.suffix.lower() == ".jsonl"
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+    lines = data.split(b"\n")
+    if data.endswith(b"\n") or not data:
+        lines.pop()  # the newline ends the last line; it does not start an empty one
+    for number, raw in enumerate(lines, start=1):
         try:
             line = raw.decode("utf-8").rstrip("\r")
         except UnicodeDecodeError as e:
