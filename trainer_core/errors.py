@@ -7,7 +7,8 @@ shows it in its error banner.
     │   ├── ConfigError          one or more invalid settings (all of them listed)
     │   ├── NoProjectError       the folder is not a project
     │   ├── ProjectExistsError   `new` on a folder that already is a project
-    │   └── UnknownPackError     no pack with that id
+    │   ├── UnknownPackError     no pack with that id
+    │   └── ModelFileError       a GGUF / model / dump file we cannot use as it is
     ├── AlreadyRunningError      the project's run lock is held; exit code 3
     ├── CorpusError              a prompt file that cannot be read or is too small
     └── StageNotAvailableError   a stage this version does not implement yet
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 __all__ = [
     "TrainerError", "UsageError", "ConfigError", "NoProjectError", "ProjectExistsError",
-    "UnknownPackError", "AlreadyRunningError", "CorpusError", "StageNotAvailableError",
+    "UnknownPackError", "ModelFileError", "AlreadyRunningError", "CorpusError", "StageNotAvailableError",
 ]
 
 
@@ -51,6 +52,10 @@ class ProjectExistsError(UsageError):
 
 
 class UnknownPackError(UsageError):
+    pass
+
+
+class ModelFileError(UsageError):
     pass
 
 

@@ -1,0 +1,161 @@
+"""The adapter networks: names, order, geometry and block math of the engine contract."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from trainer_core.adapter import AdapterConfig, build_adapter, count_parameters, expected_tensor_count
+
+RESAMPLER_BLOCK = [
+    "ln_self.weight", "ln_self.bias",
+    *[f"self_attn.{p}.{w}" for p in "qkvo" for w in ("weight", "bias")],
+    "ln_q.weight", "ln_q.bias", "ln_kv.weight", "ln_kv.bias",
+    *[f"cross_attn.{p}.{w}" for p in "qkvo" for w in ("weight", "bias")],
+    "ln_mlp.weight", "ln_mlp.bias", "mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias",
+]
+TOKEN_BLOCK = [
+    "ln_self.weight", "ln_self.bias",
+    *[f"self_attn.{p}.{w}" for p in "qkvo" for w in ("weight", "bias")],
+    "ln_mlp.weight", "ln_mlp.bias", "mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias",
+]
+TAIL = ["ln_out.weight", "ln_out.bias", "out_proj.weight", "out_proj.bias"]
+
+# the reference geometries of engine-contract §1–§4, with the tensor and parameter counts it quotes
+REFERENCE = {
+    "llada": (AdapterConfig("resampler", 1024, 2560, 1024, 6, num_queries=256), 175, 104.7e6),
+    "pixart": (AdapterConfig("seeded_resampler", 1024, 4096, 1024, 6, num_queries=120, seed_vocab=32128), 176, 139e6),
+    "mageflow": (AdapterConfig("token_aligned_vision", 1024, 2560, 1024, 4, vis_dim=2560), 74, 61.9e6),
+    "qwenimage": (AdapterConfig("token_aligned_vision", 1024, 4096, 1024, 4, vis_dim=4096), 74, 68.2e6),
+}
+
+
+def expected_names(config: AdapterConfig) -> list[str]:
+    if config.token_aligned:
+        head = ["vision_proj.weight", "in_proj.weight", "in_proj.bias", "vis_in.weight"]
+        block, tail = TOKEN_BLOCK, TAIL + ["skip.weight", "skip.bias"]
+    else:
+        head = ["query"] + (["t5_embed.weight"] if config.kind == "seeded_resampler" else []) + \
+               ["in_proj.weight", "in_proj.bias"]
+        block, tail = RESAMPLER_BLOCK, TAIL
+    return head + [f"blocks.{i}.{n}" for i in range(config.depth) for n in block] + tail
+
+
+@pytest.mark.parametrize("which", list(REFERENCE))
+def test_reference_geometry_names_counts(which):
+    config, n_tensors, n_params = REFERENCE[which]
+    with torch.device("meta"):
+        model = build_adapter(config)
+    names = list(model.state_dict())
+    assert names == expected_names(config)
+    assert len(names) == n_tensors == expected_tensor_count(config)
+    assert count_parameters(model) == pytest.approx(n_params, rel=0.002)
+    assert config.heads == 16 and config.mlp == 4096
+
+
+def test_block_building_blocks():
+    model = build_adapter(AdapterConfig("resampler", 32, 48, 128, 1, num_queries=4))
+    block = model.blocks[0]
+    assert all(ln.eps == 1e-5 and ln.elementwise_affine for ln in
+               (block.ln_self, block.ln_q, block.ln_kv, block.ln_mlp, model.ln_out))
+    assert isinstance(block.mlp[1], nn.GELU) and block.mlp[1].approximate == "none"
+    assert block.self_attn.heads == 2
+    assert all(getattr(block.cross_attn, p).bias is not None for p in "qkvo")
+
+
+def _manual_attention(attn, x, kv, key_mask=None):
+    """Head h uses channels [64h, 64h+64); softmax(q·k/8) over keys."""
+    q, k, v = attn.q(x), attn.k(kv), attn.v(kv)
+    outs = []
+    for h in range(attn.heads):
+        sl = slice(64 * h, 64 * h + 64)
+        scores = q[..., sl] @ k[..., sl].transpose(-1, -2) / 8.0          # [B, Lq, Lk]
+        if key_mask is not None:
+            scores = scores.masked_fill(~key_mask[:, None, :], float("-inf"))
+        outs.append(scores.softmax(-1) @ v[..., sl])
+    return attn.o(torch.cat(outs, -1))
+
+
+def test_resampler_block_math_by_hand():
+    torch.manual_seed(0)
+    config = AdapterConfig("resampler", 32, 48, 128, 1, num_queries=5)
+    model = build_adapter(config).eval()
+    h = torch.randn(2, 7, 32)
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+    b = model.blocks[0]
+    with torch.no_grad():
+        kv = model.in_proj(h)
+        q = model.query.expand(2, -1, -1)
+        x = b.ln_self(q)
+        q = q + _manual_attention(b.self_attn, x, x)
+        q = q + _manual_attention(b.cross_attn, b.ln_q(q), b.ln_kv(kv), mask)
+        m = b.ln_mlp(q)
+        m = b.mlp[2](0.5 * b.mlp[0](m) * (1 + torch.erf(b.mlp[0](m) / 2 ** 0.5)))
+        want = model.out_proj(model.ln_out(q + m))
+        got = model(h, mask)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_padding_never_changes_real_rows():
+    torch.manual_seed(1)
+    resampler = build_adapter(AdapterConfig("resampler", 32, 48, 64, 2, num_queries=3)).eval()
+    tokens = build_adapter(AdapterConfig("token_aligned_vision", 32, 48, 64, 2, vis_dim=16)).eval()
+    with torch.no_grad():
+        for p in tokens.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    h = torch.randn(1, 5, 32)
+    padded = torch.cat([h, torch.randn(1, 4, 32) * 50], 1)
+    mask = torch.tensor([[True] * 5 + [False] * 4])
+    vis = torch.zeros(1, 9, 16)
+    vis[0, 1:3] = torch.randn(2, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(resampler(padded, mask), resampler(h), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(tokens(padded, mask, vis)[:, :5], tokens(h, None, vis[:, :5]),
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_token_aligned_starts_as_its_skip_path_and_vision_proj_is_frozen():
+    torch.manual_seed(2)
+    model = build_adapter(AdapterConfig("token_aligned_vision", 32, 48, 64, 2, vis_dim=16))
+    assert torch.count_nonzero(model.out_proj.weight) == 0 and torch.count_nonzero(model.out_proj.bias) == 0
+    assert not model.vision_proj.weight.requires_grad and model.vision_proj.bias is None
+    assert model.vis_in.bias is None
+    h, vis = torch.randn(2, 6, 32), torch.randn(2, 6, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(h, None, vis), model.skip(h))
+    assert "vision_proj.weight" not in {n for n, p in model.named_parameters() if p.requires_grad}
+
+
+def test_seed_is_added_per_slot():
+    torch.manual_seed(3)
+    model = build_adapter(AdapterConfig("seeded_resampler", 32, 48, 64, 1, num_queries=4, seed_vocab=10)).eval()
+    h = torch.randn(1, 5, 32)
+    ids = torch.tensor([[3, 1, 0, 0]])
+    with torch.no_grad():
+        out = model(h, None, ids)
+        plain = build_adapter(AdapterConfig("resampler", 32, 48, 64, 1, num_queries=4)).eval()
+        state = {k: v for k, v in model.state_dict().items() if k != "t5_embed.weight"}
+        state["query"] = model.query + model.t5_embed.weight[ids[0]]
+        plain.load_state_dict(state)
+        torch.testing.assert_close(out, plain(h), atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(out, model(h, None, torch.tensor([[4, 1, 0, 0]])))
+    with pytest.raises(ValueError, match="seed_ids"):
+        model(h)
+
+
+@pytest.mark.parametrize("bad", [
+    dict(kind="resampler", in_dim=8, out_dim=8, width=100, num_queries=2),
+    dict(kind="resampler", in_dim=8, out_dim=8, width=64, num_queries=0),
+    dict(kind="seeded_resampler", in_dim=8, out_dim=8, width=64, num_queries=2, seed_vocab=0),
+    dict(kind="mlp", in_dim=8, out_dim=8),
+])
+def test_bad_configs_are_refused(bad):
+    with pytest.raises(ValueError):
+        AdapterConfig(**bad)
+
+
+def test_config_round_trip_and_canonical_form():
+    c = AdapterConfig("token_aligned_vision", 1024, 2560, 1024, 4, vis_dim=2560)
+    assert AdapterConfig.from_dict(c.to_dict()) == c
+    assert c.mlp_hidden == 4096 and c.num_queries == 0
+    assert AdapterConfig("resampler", 1, 1, 64, 1, num_queries=2, has_skip=True).has_skip is False

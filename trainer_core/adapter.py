@@ -1,0 +1,232 @@
+"""The adapter networks, exactly as the ggk engine runs them (engine-contract §0.1–§4).
+
+Three kinds cover the four packs:
+
+    resampler             LLaDA-Image: learned queries cross-attend to the student states
+    seeded_resampler      PixArt: the same, each query seeded with the T5 embedding of its slot
+    token_aligned_vision  MageFlow / Qwen-Image 2.1: position i → position i, a skip path, and the
+                          vision bridge (frozen vision_proj for the engine, trained vis_in)
+
+Building blocks: separate q/k/v/o linears with bias, head_dim 64, LayerNorm eps 1e-5,
+exact (erf) GELU, pre-LN blocks; state_dict names and registration order are the GGUF's
+tensor names and order. The engine runs batch 1 with no mask; the key mask here only hides
+batch padding, which is equivalent on real rows.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "HEAD_DIM", "LN_EPS", "KINDS", "STANDARDIZED_KINDS", "AdapterConfig", "Attention",
+    "ResamplerBlock", "TokenBlock", "Resampler", "TokenAligned", "build_adapter",
+    "count_parameters", "expected_tensor_count",
+]
+
+HEAD_DIM = 64
+LN_EPS = 1e-5
+KINDS = ("resampler", "seeded_resampler", "token_aligned_vision")
+STANDARDIZED_KINDS = frozenset({"resampler"})  # trained on (t − μ)/σ; the export folds μ, σ back in
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    kind: str
+    in_dim: int                 # student hidden size (1024 for pig_clip)
+    out_dim: int                # teacher row width
+    width: int = 1024
+    depth: int = 6
+    mlp_hidden: int = 0         # 0 = 4·width
+    num_queries: int = 0        # resampler kinds
+    seed_vocab: int = 0         # seeded_resampler: rows of t5_embed
+    vis_dim: int = 0            # token_aligned_vision: raw mmproj width
+    has_vis_in: bool = True     # token_aligned_vision: raw-vision injection (the engine allows it off)
+    has_skip: bool = True       # token_aligned_vision: skip path (the engine allows it off)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown adapter kind {self.kind!r}; expected one of {KINDS}")
+        if self.width % HEAD_DIM or self.width <= 0:
+            raise ValueError(f"adapter width must be a positive multiple of {HEAD_DIM}, got {self.width}")
+        if self.kind != "token_aligned_vision" and self.num_queries <= 0:
+            raise ValueError(f"a {self.kind} needs num_queries > 0")
+        if self.kind == "seeded_resampler" and self.seed_vocab <= 0:
+            raise ValueError("a seeded_resampler needs seed_vocab > 0")
+        # canonical form, so two descriptions of the same network compare equal
+        canon = {"mlp_hidden": self.mlp_hidden or 4 * self.width}
+        if self.kind != "seeded_resampler":
+            canon["seed_vocab"] = 0
+        if self.kind == "token_aligned_vision":
+            canon["num_queries"] = 0
+            canon["has_vis_in"] = bool(self.vis_dim) and self.has_vis_in
+        else:
+            canon.update(vis_dim=0, has_vis_in=False, has_skip=False)
+        for key, value in canon.items():
+            object.__setattr__(self, key, value)
+
+    @property
+    def heads(self) -> int:
+        return self.width // HEAD_DIM
+
+    @property
+    def mlp(self) -> int:
+        return self.mlp_hidden
+
+    @property
+    def token_aligned(self) -> bool:
+        return self.kind == "token_aligned_vision"
+
+    @property
+    def standardized(self) -> bool:
+        return self.kind in STANDARDIZED_KINDS
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AdapterConfig":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _mlp(width: int, hidden: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))  # mlp.0, mlp.2
+
+
+class Attention(nn.Module):
+    """Multi-head attention with separate q/k/v/o linears (bias), head_dim 64, no positions."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.heads = width // HEAD_DIM
+        self.q, self.k, self.v, self.o = (nn.Linear(width, width) for _ in range(4))
+
+    def forward(self, x: torch.Tensor, kv: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        B, Lq, W = x.shape
+        Lk = kv.shape[1]
+        q = self.q(x).view(B, Lq, self.heads, HEAD_DIM).transpose(1, 2)    # [B, H, Lq, 64]
+        k = self.k(kv).view(B, Lk, self.heads, HEAD_DIM).transpose(1, 2)   # [B, H, Lk, 64]
+        v = self.v(kv).view(B, Lk, self.heads, HEAD_DIM).transpose(1, 2)
+        mask = None if key_mask is None else key_mask[:, None, None, :]    # [B, 1, 1, Lk], True = attend
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)      # scale 1/sqrt(64)
+        return self.o(out.transpose(1, 2).reshape(B, Lq, W))
+
+
+class ResamplerBlock(nn.Module):
+    """q += self_attn(ln_self(q)); q += cross_attn(ln_q(q), ln_kv(kv)); q += mlp(ln_mlp(q))."""
+
+    def __init__(self, width: int, mlp_hidden: int):
+        super().__init__()
+        self.ln_self = nn.LayerNorm(width, eps=LN_EPS)
+        self.self_attn = Attention(width)
+        self.ln_q = nn.LayerNorm(width, eps=LN_EPS)
+        self.ln_kv = nn.LayerNorm(width, eps=LN_EPS)
+        self.cross_attn = Attention(width)
+        self.ln_mlp = nn.LayerNorm(width, eps=LN_EPS)
+        self.mlp = _mlp(width, mlp_hidden)
+
+    def forward(self, q: torch.Tensor, kv: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.ln_self(q)
+        q = q + self.self_attn(x, x)                         # queries see each other, unmasked
+        q = q + self.cross_attn(self.ln_q(q), self.ln_kv(kv), key_mask)
+        return q + self.mlp(self.ln_mlp(q))
+
+
+class TokenBlock(nn.Module):
+    """x += self_attn(ln_self(x)) (bidirectional); x += mlp(ln_mlp(x))."""
+
+    def __init__(self, width: int, mlp_hidden: int):
+        super().__init__()
+        self.ln_self = nn.LayerNorm(width, eps=LN_EPS)
+        self.self_attn = Attention(width)
+        self.ln_mlp = nn.LayerNorm(width, eps=LN_EPS)
+        self.mlp = _mlp(width, mlp_hidden)
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+        h = self.ln_self(x)
+        x = x + self.self_attn(h, h, key_mask)
+        return x + self.mlp(self.ln_mlp(x))
+
+
+class Resampler(nn.Module):
+    """Learned queries (optionally seeded with T5 ids) read the student states: [B, NQ, out]."""
+
+    def __init__(self, config: AdapterConfig):
+        super().__init__()
+        c = self.config = config
+        self.query = nn.Parameter(torch.randn(c.num_queries, c.width) * 0.02)   # [NQ, W]
+        if c.kind == "seeded_resampler":
+            self.t5_embed = nn.Embedding(c.seed_vocab, c.width)
+            nn.init.normal_(self.t5_embed.weight, std=0.02)
+        self.in_proj = nn.Linear(c.in_dim, c.width)
+        self.blocks = nn.ModuleList(ResamplerBlock(c.width, c.mlp) for _ in range(c.depth))
+        self.ln_out = nn.LayerNorm(c.width, eps=LN_EPS)
+        self.out_proj = nn.Linear(c.width, c.out_dim)
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None,
+                seed_ids: torch.Tensor | None = None) -> torch.Tensor:
+        kv = self.in_proj(h)                                          # [B, L, W]
+        q = self.query.unsqueeze(0).expand(h.shape[0], -1, -1)        # [B, NQ, W]
+        if self.config.kind == "seeded_resampler":
+            if seed_ids is None:
+                raise ValueError("a seeded resampler needs seed_ids [B, num_queries]")
+            q = q + self.t5_embed(seed_ids)                           # query_i + t5_embed[id_i]
+        for block in self.blocks:
+            q = block(q, kv, mask)
+        return self.out_proj(self.ln_out(q))                          # [B, NQ, out]
+
+
+class TokenAligned(nn.Module):
+    """Position i of the student → position i of the teacher, plus the vision bridge: [B, L, out]."""
+
+    def __init__(self, config: AdapterConfig):
+        super().__init__()
+        c = self.config = config
+        if c.vis_dim:
+            # applied by the engine to every mmproj embed before the student; fitted, never trained
+            self.vision_proj = nn.Linear(c.vis_dim, c.in_dim, bias=False)
+            self.vision_proj.weight.requires_grad_(False)
+        self.in_proj = nn.Linear(c.in_dim, c.width)
+        if c.vis_dim and c.has_vis_in:
+            self.vis_in = nn.Linear(c.vis_dim, c.width, bias=False)
+        self.blocks = nn.ModuleList(TokenBlock(c.width, c.mlp) for _ in range(c.depth))
+        self.ln_out = nn.LayerNorm(c.width, eps=LN_EPS)
+        self.out_proj = nn.Linear(c.width, c.out_dim)
+        nn.init.zeros_(self.out_proj.weight)   # at step 0 the output is exactly skip(h)
+        nn.init.zeros_(self.out_proj.bias)
+        if c.has_skip:
+            self.skip = nn.Linear(c.in_dim, c.out_dim)
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None,
+                vis: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.in_proj(h)                                           # [B, L, W]
+        if vis is not None and hasattr(self, "vis_in"):
+            x = x + self.vis_in(vis)             # raw mmproj rows at vision positions, zeros elsewhere
+        for block in self.blocks:
+            x = block(x, mask)
+        out = self.out_proj(self.ln_out(x))                           # [B, L, out]
+        if hasattr(self, "skip"):
+            out = out + self.skip(h)
+        return out
+
+
+def build_adapter(config: AdapterConfig) -> nn.Module:
+    return TokenAligned(config) if config.token_aligned else Resampler(config)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def expected_tensor_count(config: AdapterConfig) -> int:
+    """Tensors in the state_dict (= in the GGUF): 175 / 176 / 74 at the reference sizes."""
+    if config.token_aligned:
+        head = 2 + (1 if config.vis_dim else 0) + (1 if config.vis_dim and config.has_vis_in else 0)
+        tail = 4 + (2 if config.has_skip else 0)
+        return head + 16 * config.depth + tail
+    return 3 + (1 if config.kind == "seeded_resampler" else 0) + 28 * config.depth + 4
+
