@@ -8,6 +8,9 @@
     gguf-trainer status --project DIR [--json]
     gguf-trainer set    --project DIR [--steps N] [--set KEY=VALUE ...]
     gguf-trainer packs
+    gguf-trainer inspect FILE.gguf [--json]
+    gguf-trainer infer  --adapter A.gguf (--hidden FILE | --student S.gguf --tokenizer DIR --pack ID
+                        --prompt TEXT) [--t5-ids FILE] [--vis FILE] [--out OUT] [--compare REF] [--json]
     gguf-trainer [serve] [--auto-resume]          # the GUI (arrives in a later version)
 
 Errors are one sentence on stderr; exit codes: 0 ok, 1 failed, 2 bad input (unknown
@@ -31,7 +34,7 @@ from .stages import STAGES, stage_done
 
 __all__ = ["main", "build_parser"]
 
-SUBCOMMANDS = ("serve", "new", "run", "start", "stop", "kill", "status", "set", "packs")
+SUBCOMMANDS = ("serve", "new", "run", "start", "stop", "kill", "status", "set", "packs", "inspect", "infer")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +79,23 @@ def build_parser() -> argparse.ArgumentParser:
                       help="any setting, e.g. train.lr=1e-4 or corpus.extra_files=a.txt,b.jsonl")
 
     sub.add_parser("packs", help="list the trainer packs")
+
+    inspect = sub.add_parser("inspect", help="describe an adapter or student GGUF and its layout problems")
+    inspect.add_argument("file", metavar="FILE.gguf")
+    inspect.add_argument("--json", action="store_true")
+
+    infer = sub.add_parser("infer", help="run an exported adapter as the engine does")
+    infer.add_argument("--adapter", required=True, metavar="A.gguf")
+    infer.add_argument("--hidden", metavar="FILE", help="student final-norm states: .npy or raw f32 (qwen_hidden.bin)")
+    infer.add_argument("--student", metavar="S.gguf", help="pig_clip GGUF (with --tokenizer, --pack, --prompt)")
+    infer.add_argument("--tokenizer", metavar="DIR", help="the student tokenizer/config snapshot folder")
+    infer.add_argument("--pack", metavar="ID", help="the pack whose template formats --prompt")
+    infer.add_argument("--prompt", help="the prompt text")
+    infer.add_argument("--t5-ids", metavar="FILE", help="seeded adapters: .npy or t5_ids.txt (one id a line)")
+    infer.add_argument("--vis", metavar="FILE", help="vision adapters: dense raw vision rows (.npy or raw f32)")
+    infer.add_argument("--out", metavar="OUT", help="write the rows: .npy, or raw f32 for any other suffix")
+    infer.add_argument("--compare", metavar="REF", help="reference rows (.npy or raw f32, e.g. adapter_out.bin)")
+    infer.add_argument("--json", action="store_true")
     return parser
 
 
@@ -275,8 +295,83 @@ def cmd_packs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .inspect_file import describe_gguf
+    info = describe_gguf(args.file)
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        print(f"{info['file']}: {info['kind']} GGUF, {info['tensors']} tensors "
+              f"({', '.join(f'{n} {t}' for t, n in sorted(info['dtypes'].items()))}), {info['size']:,} bytes")
+        if info.get("variant"):
+            print(f"  variant: {info['variant']}")
+        for key, value in (info.get("config") or {}).items():
+            print(f"  {key}: {value}")
+        for key, value in info["kvs"].items():
+            print(f"  kv {key} = {value!r}")
+        for p in info["problems"]:
+            print(f"  PROBLEM{'' if p['fatal'] else ' (runs, but not what gguf-trainer writes)'}: {p['message']}")
+        if not info["problems"]:
+            print("  layout: OK")
+    return 1 if info["problems"] else 0
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    from .errors import UsageError
+    from .gguf_io import read_adapter_gguf
+    from .infer import compare_rows, read_ids, read_rows, run_adapter, save_rows
+    from .losses import health_verdict
+
+    adapter = read_adapter_gguf(args.adapter)
+    c = adapter.config
+    prompt_mode = [args.student, args.tokenizer, args.pack, args.prompt]
+    given = sum(x is not None for x in prompt_mode)
+    if not ((args.hidden is not None and given == 0) or (args.hidden is None and given == 4)):
+        raise UsageError("Give the student states with --hidden FILE, or --student, --tokenizer, --pack and "
+                         "--prompt to compute them (one of the two).")
+    if args.hidden is not None:
+        hidden = read_rows(args.hidden, c.in_dim, "--hidden")
+    else:
+        from .packs import get_pack
+        from .student import load_student
+        pack = get_pack(args.pack)
+        student = load_student(args.student, args.tokenizer)
+        if student.hidden_size != c.in_dim:
+            raise UsageError(f"the student's hidden size is {student.hidden_size} but the adapter reads "
+                             f"{c.in_dim}-wide states; pass the student it was trained against.")
+        states, _ = student.encode([pack.format_prompt(args.prompt)])
+        hidden = states[0].numpy()
+    if args.vis and not c.vis_dim:
+        raise UsageError(f"--vis is only for adapters with a vision input; this one is a {c.kind}.")
+    t5_ids = read_ids(args.t5_ids) if args.t5_ids else None
+    vis = read_rows(args.vis, c.vis_dim, "--vis") if args.vis else None
+    rows = run_adapter(adapter, hidden, t5_ids, vis)
+    result: dict[str, Any] = {"adapter": str(adapter.path), "variant": c.kind, "input_rows": int(hidden.shape[0]),
+                              "output_shape": list(rows.shape)}
+    if args.out:
+        save_rows(args.out, rows)
+        result["out"] = args.out
+    if args.compare:
+        cmp = compare_rows(rows, read_rows(args.compare, c.out_dim, "--compare"))
+        result.update(compare=args.compare, rows_compared=cmp.rows, first_row=cmp.first_row, cos=cmp.cos,
+                      cos_centered=cmp.cos_centered, rel_mse=cmp.rel_mse, verdict=health_verdict(cmp.cos_centered))
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{result['variant']} adapter: {result['input_rows']} student rows -> output "
+          f"{result['output_shape'][0]} x {result['output_shape'][1]}")
+    if args.out:
+        print(f"wrote {args.out}")
+    if args.compare:
+        print(f"against {args.compare} ({cmp.rows} rows from row {cmp.first_row}): cos {cmp.cos:.6f}  "
+              f"centred cos {cmp.cos_centered:.6f}  rel_mse {cmp.rel_mse:.6g}")
+        print(result["verdict"])
+    return 0
+
+
 COMMANDS = {"serve": cmd_serve, "new": cmd_new, "run": cmd_run, "start": cmd_start, "stop": cmd_stop,
-            "kill": cmd_kill, "status": cmd_status, "set": cmd_set, "packs": cmd_packs}
+            "kill": cmd_kill, "status": cmd_status, "set": cmd_set, "packs": cmd_packs,
+            "inspect": cmd_inspect, "infer": cmd_infer}
 
 
 if __name__ == "__main__":

@@ -29,12 +29,24 @@ class TrainerPack:
     defaults: Mapping[str, Any] = field(default_factory=dict)   # overlay over built-in settings
     export_kvs: Mapping[str, Any] = field(default_factory=dict)  # pack KVs every export writes
     ggk_min_version: str = ""     # the first ggk release that loads this pack's adapter
+    # The text-to-image prompt as the engine builds it for the student ("{text}" is replaced);
+    # `t2i_empty` is the whole string for an empty prompt when the engine has a special form;
+    # `t2i_start` is the number of leading output rows the engine drops before the DiT.
+    t2i_template: str = "{text}"
+    t2i_empty: str | None = None
+    t2i_start: int = 0
 
     def __post_init__(self) -> None:
         if self.adapter_kind not in ADAPTER_KINDS:
             raise ValueError(f"pack {self.id}: unknown adapter kind {self.adapter_kind!r}")
         if self.corpus_kind not in CORPUS_KINDS:
             raise ValueError(f"pack {self.id}: unknown corpus kind {self.corpus_kind!r}")
+
+    def format_prompt(self, text: str) -> str:
+        """The engine's text-to-image string for `text` (no stripping: the engine does none)."""
+        if not text and self.t2i_empty is not None:
+            return self.t2i_empty
+        return self.t2i_template.replace("{text}", text)
 
     @property
     def default_name(self) -> str:

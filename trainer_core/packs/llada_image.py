@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from .base import TrainerPack
 
+TEMPLATE = "<role>HUMAN</role> Generate an image: {text}\n<role>ASSISTANT</role>\n<IMAGE1>"
+EMPTY = "<role>HUMAN</role> Generate an image.\n<role>ASSISTANT</role>\n<IMAGE1>"  # a period, no ": "
+
 PACK = TrainerPack(
     id="llada_image",
     title="LLaDA-Image-Turbo (LLaDA2-MoE 16B → 256-query resampler)",
@@ -25,4 +28,6 @@ PACK = TrainerPack(
         "adapter.teacher": "inclusionAI/LLaDA-Image-Turbo",
     },
     ggk_min_version="0.5.7",
+    t2i_template=TEMPLATE,
+    t2i_empty=EMPTY,
 )

@@ -3,6 +3,16 @@ from __future__ import annotations
 
 from .base import TrainerPack
 
+EDIT_PREFIX = (  # 64 tokens
+    "<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, "
+    "objects, background), then explain how the user's text instruction should alter or modify the "
+    "image. Generate a new image that meets the user's requirements while maintaining consistency "
+    "with the original input where appropriate.<|im_end|>\n<|im_start|>user\n")
+T2I_PREFIX = (  # 34 tokens
+    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "
+    "text, spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n")
+SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"  # 5 tokens
+
 PACK = TrainerPack(
     id="qwen3vl_mageflow",
     title="MageFlow-Edit (Qwen3-VL-4B-Instruct → token-aligned + vision)",
@@ -38,4 +48,6 @@ PACK = TrainerPack(
         "adapter.teacher": "Qwen/Qwen3-VL-4B-Instruct",
         "adapter.teacher_tap": "final_norm",
     },
+    t2i_template=T2I_PREFIX + "{text}" + SUFFIX,
+    t2i_start=34,
 )

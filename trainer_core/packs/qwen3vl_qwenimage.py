@@ -3,6 +3,10 @@ from __future__ import annotations
 
 from .base import TrainerPack
 
+SYSTEM = "<|im_start|>system\nComprehend and analyze the provided prompt.<|im_end|>\n"  # 14 tokens, dropped
+USER = "<|im_start|>user\n"
+SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"
+
 PACK = TrainerPack(
     id="qwen3vl_qwenimage",
     title="Qwen-Image 2.1 (Qwen3-VL-8B-Instruct → token-aligned + vision)",
@@ -42,4 +46,7 @@ PACK = TrainerPack(
         "adapter.supervised_rows": "consumed_text",
     },
     ggk_min_version="0.6.6",
+    t2i_template=SYSTEM + USER + "{text}" + SUFFIX,
+    t2i_empty=SYSTEM + USER + " " + SUFFIX,  # an empty prompt becomes a single space
+    t2i_start=14,
 )

@@ -1,0 +1,137 @@
+"""Run an exported adapter the way the engine does, and compare it with a reference dump.
+
+For debugging a deployment: feed the adapter either the student states the engine dumped
+(`SD_DUMP_COND` writes qwen_hidden.bin, t5_ids.txt and adapter_out.bin: raw little-endian
+f32, one row after another) or a prompt through the pack's template and the student, then
+compare the rows with the engine's adapter_out.bin or a teacher context.bin.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .atomic import atomic_write_bytes
+from .errors import ModelFileError, UsageError
+from .gguf_io import AdapterFile
+
+__all__ = ["read_rows", "read_ids", "run_adapter", "compare_rows", "Comparison", "save_rows"]
+
+
+def read_rows(path: str | os.PathLike, width: int, what: str) -> np.ndarray:
+    """[rows, width] float32 from a .npy file or a raw little-endian f32 dump."""
+    path = Path(path)
+    try:
+        if path.suffix.lower() == ".npy":
+            array = np.load(path, allow_pickle=False).astype(np.float32)
+            if array.ndim == 3 and array.shape[0] == 1:
+                array = array[0]
+        else:
+            raw = path.read_bytes()
+            if len(raw) % (4 * width):
+                raise ModelFileError(
+                    f"{path} ({what}) holds {len(raw)} bytes, which is not a whole number of f32 rows "
+                    f"of width {width}; pass the dump that belongs to this adapter.")
+            array = np.frombuffer(raw, dtype="<f4").reshape(-1, width).copy()
+    except FileNotFoundError:
+        raise ModelFileError(f"{path} ({what}) does not exist; check the path.") from None
+    except ValueError as e:
+        raise ModelFileError(f"{path} ({what}) is not a readable .npy array ({e}).") from None
+    if array.ndim != 2 or array.shape[1] != width:
+        raise ModelFileError(f"{path} ({what}) has shape {list(array.shape)}; rows of width {width} "
+                             f"are needed for this adapter.")
+    if not np.isfinite(array).all():
+        raise ModelFileError(f"{path} ({what}) contains NaN or infinite values.")
+    return array
+
+
+def read_ids(path: str | os.PathLike) -> list[int]:
+    """Token ids from a .npy array or a text file with one id a line (the engine's t5_ids.txt)."""
+    path = Path(path)
+    try:
+        if path.suffix.lower() == ".npy":
+            return [int(x) for x in np.load(path, allow_pickle=False).reshape(-1)]
+        lines = path.read_text(encoding="utf-8").split()
+    except FileNotFoundError:
+        raise ModelFileError(f"{path} (--t5-ids) does not exist; check the path.") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ModelFileError(f"{path} (--t5-ids) is not a list of token ids ({e}).") from None
+    try:
+        return [int(x) for x in lines]
+    except ValueError:
+        bad = next(x for x in lines if not x.lstrip("-").isdigit())
+        raise ModelFileError(f'{path} (--t5-ids) holds "{bad}", which is not a token id; one id a line.') from None
+
+
+def run_adapter(adapter: AdapterFile, hidden: np.ndarray, t5_ids: list[int] | None = None,
+                vis: np.ndarray | None = None) -> np.ndarray:
+    """The adapter on one sequence of student states, batch 1 and no mask, as the engine runs it."""
+    c = adapter.config
+    h = torch.from_numpy(hidden).unsqueeze(0)                                  # [1, L, in]
+    kwargs = {}
+    if c.kind == "seeded_resampler":
+        if t5_ids is None:
+            raise UsageError("This adapter is seeded with T5 token ids: pass them with --t5-ids "
+                             "(the engine's t5_ids.txt or a .npy).")
+        if len(t5_ids) != c.num_queries:
+            raise UsageError(f"--t5-ids has {len(t5_ids)} ids but this adapter has {c.num_queries} query "
+                             f"slots; the window is the T5 ids + EOS padded with 0 to {c.num_queries}.")
+        if max(t5_ids) >= c.seed_vocab or min(t5_ids) < 0:
+            raise UsageError(f"--t5-ids holds an id outside the adapter's seed table (0..{c.seed_vocab - 1}).")
+        kwargs["seed_ids"] = torch.tensor([t5_ids])
+    elif t5_ids is not None:
+        raise UsageError(f"--t5-ids is only for seeded adapters; this one is a {c.kind}.")
+    if vis is not None:
+        if not c.token_aligned or not c.has_vis_in:
+            raise UsageError("--vis is only for token-aligned adapters with a vision input (vis_in).")
+        if vis.shape[0] != hidden.shape[0]:
+            raise UsageError(f"--vis has {vis.shape[0]} rows but the student states have {hidden.shape[0]}; "
+                             f"the vision rows are dense: zeros outside the image slots.")
+        kwargs["vis"] = torch.from_numpy(vis).unsqueeze(0)
+    with torch.no_grad():
+        out = adapter.model(h, None, **kwargs)                                 # [1, R, out]
+    return out[0].numpy()
+
+
+@dataclass
+class Comparison:
+    rows: int
+    first_row: int      # the adapter rows compared start here (the engine's slice, when the reference has fewer)
+    cos: float          # mean over rows of the plain cosine
+    cos_centered: float  # rows centred on the reference's per-dimension mean first
+    rel_mse: float      # Σ(p − r)² / Σ r²
+
+
+def compare_rows(pred: np.ndarray, ref: np.ndarray) -> Comparison:
+    """Compare adapter rows with reference rows; when the reference is shorter, its rows are the
+    adapter's last ones (the engine drops the leading template rows before the DiT)."""
+    if ref.shape[0] > pred.shape[0]:
+        raise UsageError(f"the reference has {ref.shape[0]} rows but the adapter produced {pred.shape[0]}; "
+                         f"it is not a dump of this prompt.")
+    start = pred.shape[0] - ref.shape[0]
+    p, r = pred[start:].astype(np.float64), ref.astype(np.float64)
+
+    def mean_cos(a: np.ndarray, b: np.ndarray) -> float:
+        num = (a * b).sum(-1)
+        den = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
+        return float(np.mean(num / np.maximum(den, 1e-12)))
+
+    mu = r.mean(0, keepdims=True)
+    return Comparison(rows=r.shape[0], first_row=start, cos=mean_cos(p, r),
+                      cos_centered=mean_cos(p - mu, r - mu),
+                      rel_mse=float(((p - r) ** 2).sum() / max((r ** 2).sum(), 1e-30)))
+
+
+def save_rows(path: str | os.PathLike, rows: np.ndarray) -> None:
+    """.npy, or a raw little-endian f32 dump like the engine's for any other suffix."""
+    path = Path(path)
+    if path.suffix.lower() == ".npy":
+        import io
+        buf = io.BytesIO()
+        np.save(buf, rows.astype(np.float32), allow_pickle=False)
+        atomic_write_bytes(path, buf.getvalue())
+    else:
+        atomic_write_bytes(path, rows.astype("<f4").tobytes())

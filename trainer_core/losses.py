@@ -1,0 +1,342 @@
+"""Distillation loss, target statistics and evaluation metrics: pure tensor code.
+
+The facts come from the engine contract: §0.4 (statistics and the σ floor), §0.5 (loss),
+§0.6 (evaluation) and the Loss / Eval paragraphs of §1–§4. Nothing here reads the disk or
+the clock; stages feed tensors in and write the numbers out.
+
+Which pack uses what:
+
+    llada_image          resampler, STANDARDIZED: distill_loss(pred_std, standardize(t, mu, sigma),
+                         ones(D), mask=None); eval ResamplerMetrics(mu)
+    qwen3vl_mageflow     token-aligned, raw targets: distill_loss(p, t, sigma, keep);
+                         eval TokenAlignedMetrics with sup = keep
+    qwen3vl_qwenimage    token-aligned, raw targets: distill_loss(p, t, sigma, sup) with sup the
+                         consumed text rows (≥ 14, not under an image slot)
+    t5xxl_pixart         seeded, raw targets: distill_loss(p, t, sigma, real slots);
+                         eval SeededMetrics
+
+Shapes: B samples, R rows per sample (queries, slots or tokens), D output dims. A row mask
+is bool [B, R], True = the row counts. Row math runs in at least float32 whatever the input
+dtype (bf16 under autocast); running sums are float64.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "COS_EPS", "RMS_EPS", "VAR_MIN", "HEALTHY_CENTERED_COS", "BROKEN_ROPE_BAND",
+    "accumulate_stats", "target_stats", "standardize", "destandardize",
+    "row_cos", "rms_norm", "real_slots", "distill_loss", "rel_mse",
+    "PooledMean", "ResamplerMetrics", "SeededMetrics", "TokenAlignedMetrics", "health_verdict",
+]
+
+COS_EPS = 1e-8    # a zero row has cosine 0 with anything, never NaN
+RMS_EPS = 1e-5    # rms_norm, as the peer's evaluate.py (§0.6)
+VAR_MIN = 1e-6    # variance floor inside target_stats, before the σ floor (§0.4)
+HEALTHY_CENTERED_COS = 0.96
+BROKEN_ROPE_BAND = (0.80, 0.92)   # around the ~0.87 signature quoted in §1
+
+
+def _wide(x: Tensor) -> Tensor:
+    """x in at least float32 (bf16/f16 are upcast, float64 stays)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def _check(pred: Tensor, target: Tensor, mask: Tensor | None = None) -> None:
+    if pred.shape != target.shape:
+        raise ValueError(f"pred {tuple(pred.shape)} and target {tuple(target.shape)} "
+                         f"differ in shape")
+    if mask is not None and (mask.shape != pred.shape[:-1] or mask.dtype != torch.bool):
+        raise ValueError(f"the row mask must be bool {tuple(pred.shape[:-1])}, got "
+                         f"{mask.dtype} {tuple(mask.shape)}")
+
+
+# ---------------------------------------------------------------- statistics (§0.4)
+
+def accumulate_stats(rows: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor, int]:
+    """(Σx, Σx², n) per output dim over the rows mask keeps, in float64; sum them over shards."""
+    x = rows.reshape(-1, rows.shape[-1]).double()                       # [N, D]
+    if mask is not None:
+        if mask.shape != rows.shape[:-1]:
+            raise ValueError(f"mask {tuple(mask.shape)} does not match rows {tuple(rows.shape)}")
+        x = x[mask.reshape(-1)]                                          # [n, D]
+    return x.sum(0), (x * x).sum(0), int(x.shape[0])
+
+
+def target_stats(sum_x: Tensor, sum_x2: Tensor, n: int,
+                 sigma_floor: float) -> tuple[Tensor, Tensor]:
+    """(μ, σ_f) as float32 [D]: var = max(Σx²/n − μ², 1e-6), σ_f = max(√var, sigma_floor)."""
+    if n <= 0:
+        raise ValueError("target statistics need at least one target row; the shards hold none")
+    mu = sum_x.double() / n                                              # [D]
+    var = (sum_x2.double() / n - mu * mu).clamp_min(VAR_MIN)             # [D]
+    sigma = var.sqrt().clamp_min(sigma_floor)                            # [D]
+    return mu.float(), sigma.float()
+
+
+def standardize(t: Tensor, mu: Tensor, sigma: Tensor) -> Tensor:
+    """(t − μ)/σ over the last dim."""
+    return (t - mu) / sigma
+
+
+def destandardize(p: Tensor, mu: Tensor, sigma: Tensor) -> Tensor:
+    """p·σ + μ: back to teacher scale (what the export fold bakes into out_proj)."""
+    return p * sigma + mu
+
+
+# ---------------------------------------------------------------- row math and the loss
+
+def row_cos(p: Tensor, t: Tensor, eps: float = COS_EPS) -> Tensor:
+    """Cosine of each row, [..., D] → [...]; a zero row gives 0 and finite gradients."""
+    p, t = _wide(p), _wide(t)
+    dot = (p * t).sum(-1)                                                # [...]
+    # clamp the squared norms before the root so neither value nor gradient can be NaN
+    p_norm = (p * p).sum(-1).clamp_min(eps * eps).sqrt()                 # [...]
+    t_norm = (t * t).sum(-1).clamp_min(eps * eps).sqrt()                 # [...]
+    return dot / (p_norm * t_norm)
+
+
+def rms_norm(x: Tensor) -> Tensor:
+    """x·rsqrt(mean(x²) + 1e-5) per row (§0.6); not centred, so cos_rms ≈ the raw cosine."""
+    x = _wide(x)
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + RMS_EPS)
+
+
+def distill_loss(pred: Tensor, target: Tensor, sigma: Tensor, mask: Tensor | None = None,
+                 cos_weight: float = 0.5) -> tuple[Tensor, dict[str, Tensor]]:
+    """Σ_m((p−t)/σ)²/(n_m·D) + cos_weight·(1 − mean_m cos(p, t)), in float32 or wider.
+
+    pred, target [B, R, D]; sigma [D] (the floored σ_f); mask [B, R] bool, None = every row.
+    The raw-target packs pass raw rows and σ_f. LLaDA (§1, standardized) passes the model
+    output as pred_std, target = standardize(t, μ, σ_f), sigma = ones(D) and mask None, which
+    is exactly mean-over-all-elements MSE + 0.5·(1 − mean row cos) in standardized space.
+    A batch with no supervised row gives loss 0 (zero gradient), never NaN. parts holds the
+    detached "mse" and "cos" (masked mean cosine: the per-batch val_cos).
+    """
+    _check(pred, target, mask)
+    p, t = _wide(pred), _wide(target)                                    # [B, R, D]
+    rows = torch.ones(p.shape[:-1], dtype=torch.bool, device=p.device) if mask is None else mask
+    sq = (((p - t) / _wide(sigma).to(p.device)) ** 2).sum(-1)            # [B, R]
+    cos = row_cos(p, t)                                                  # [B, R]
+    zero = sq.new_zeros(())
+    n = rows.sum().to(sq.dtype).clamp_min(1.0)                           # no sync, no 0/0
+    mse = torch.where(rows, sq, zero).sum() / (n * p.shape[-1])
+    miss = torch.where(rows, 1.0 - cos, zero).sum() / n                  # = 1 − mean cos
+    loss = mse + cos_weight * miss
+    return loss, {"mse": mse.detach(), "cos": (torch.where(rows, cos, zero).sum() / n).detach()}
+
+
+def _sq_sums(p: Tensor, t: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """(Σ_m (p−t)², Σ_m t²) as 0-d tensors."""
+    err = ((p - t) ** 2).sum(-1)                                         # [B, R]
+    ref = (t * t).sum(-1)                                                # [B, R]
+    if mask is not None:
+        err, ref = err[mask], ref[mask]
+    return err.sum(), ref.sum()
+
+
+def rel_mse(pred: Tensor, target: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Σ_m(p−t)² / Σ_m t² over the rows mask keeps (all rows when None), a 0-d tensor."""
+    _check(pred, target, mask)
+    err, ref = _sq_sums(_wide(pred), _wide(target), mask)
+    return err / ref.clamp_min(torch.finfo(ref.dtype).tiny)
+
+
+# ------------------------------------------------------------ streaming metrics (§0.6, §1–§4)
+
+class PooledMean:
+    """Σ totals / Σ counts over a stream, in float64: a pooled mean when count counts rows,
+    a pooled ratio (rel_mse = Σ err / Σ ref) otherwise. value is None while count is 0."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.count = 0.0
+
+    def add(self, total: float | Tensor, count: float | Tensor = 1) -> None:
+        self.total += float(total)
+        self.count += float(count)
+
+    def add_values(self, values: Tensor) -> None:
+        """Pool every element of values (e.g. the cosines of the selected rows)."""
+        self.add(values.double().sum(), values.numel())
+
+    @property
+    def value(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+def _lowest(current: float | None, values: Tensor) -> float | None:
+    if values.numel() == 0:
+        return current
+    low = float(values.min())
+    return low if current is None else min(current, low)
+
+
+def _put(out: dict[str, float | int], name: str, value: float | None) -> None:
+    if value is not None:   # a split with no rows is omitted, never written as 0
+        out[name] = value
+
+
+class ResamplerMetrics:
+    """§1 (`_eval_resampler`): every metric is the per-batch mean over all rows, averaged over
+    batches (one update() = one batch); worst_row_cos_rms is the lowest row over the set.
+    mu [D] is the checkpoint's raw mean; pred, target, pred_ck are teacher-scale [B, R, D]."""
+
+    def __init__(self, mu: Tensor) -> None:
+        self.mu = _wide(mu)
+        self.means = {k: PooledMean() for k in
+                      ("cos_centered", "cos_rms", "rel_mse", "cos_raw", "roundtrip_cos")}
+        self.worst_row_cos_rms: float | None = None
+        self.batches = 0
+
+    def update(self, pred: Tensor, target: Tensor, pred_ck: Tensor | None = None) -> None:
+        _check(pred, target)
+        p, t = _wide(pred), _wide(target)                                # [B, R, D]
+        mu = self.mu.to(p)
+        cos_rms = row_cos(rms_norm(p), rms_norm(t))                      # [B, R]
+        self.means["cos_centered"].add(row_cos(p - mu, t - mu).mean())
+        self.means["cos_rms"].add(cos_rms.mean())
+        self.means["rel_mse"].add(rel_mse(p, t))
+        self.means["cos_raw"].add(row_cos(p, t).mean())
+        if pred_ck is not None:
+            _check(pred, pred_ck)
+            self.means["roundtrip_cos"].add(row_cos(p - mu, _wide(pred_ck) - mu).mean())
+        self.worst_row_cos_rms = _lowest(self.worst_row_cos_rms, cos_rms)
+        self.batches += 1
+
+    def result(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {}
+        for name in ("cos_centered", "cos_rms"):
+            _put(out, name, self.means[name].value)
+        _put(out, "worst_row_cos_rms", self.worst_row_cos_rms)
+        for name in ("rel_mse", "cos_raw", "roundtrip_cos"):
+            _put(out, name, self.means[name].value)
+        out["val_batches"] = self.batches
+        return out
+
+
+def real_slots(seed_len: Tensor, slots: int) -> Tensor:
+    """bool [B, slots]: True for the first seed_len[b] slots (EOS included)."""
+    return torch.arange(slots, device=seed_len.device)[None, :] < seed_len[:, None]
+
+
+class SeededMetrics:
+    """§4 (`_eval_seeded`): pooled over the real slots of every sample seen. pred, target,
+    pred_ck [B, Q, D] (pad slots ignored); seed_len [B] int in 1..Q (EOS included)."""
+
+    def __init__(self) -> None:
+        self.means = {k: PooledMean() for k in
+                      ("cos", "cos_rms", "rel_mse", "cos_eos", "roundtrip_cos")}
+        self.worst_row_cos: float | None = None
+        self.batches = 0
+
+    def update(self, pred: Tensor, target: Tensor, seed_len: Tensor,
+               pred_ck: Tensor | None = None) -> None:
+        _check(pred, target)
+        p, t = _wide(pred), _wide(target)                                # [B, Q, D]
+        batch, slots = p.shape[0], p.shape[1]
+        seed_len = seed_len.to(device=p.device, dtype=torch.long)        # [B]
+        if seed_len.shape != (batch,) or bool(((seed_len < 1) | (seed_len > slots)).any()):
+            raise ValueError(f"seed_len must hold one length in 1..{slots} per sample, got "
+                             f"{seed_len.tolist()}")
+        real = real_slots(seed_len, slots)                               # [B, Q]
+        cos = row_cos(p, t)                                              # [B, Q]
+        self.means["cos"].add_values(cos[real])
+        self.means["cos_rms"].add_values(row_cos(rms_norm(p), rms_norm(t))[real])
+        self.means["rel_mse"].add(*_sq_sums(p.double(), t.double(), real))
+        self.means["cos_eos"].add_values(cos[torch.arange(batch, device=p.device), seed_len - 1])
+        if pred_ck is not None:
+            _check(pred, pred_ck)
+            self.means["roundtrip_cos"].add_values(row_cos(p, pred_ck)[real])
+        self.worst_row_cos = _lowest(self.worst_row_cos, cos[real])
+        self.batches += 1
+
+    def result(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {}
+        for name in ("cos", "cos_rms", "rel_mse"):
+            _put(out, name, self.means[name].value)
+        _put(out, "worst_row_cos", self.worst_row_cos)
+        for name in ("cos_eos", "roundtrip_cos"):
+            _put(out, name, self.means[name].value)
+        out["val_batches"] = self.batches
+        return out
+
+
+class TokenAlignedMetrics:
+    """§2/§3 (`_eval_token_aligned`): cosines token-pooled over rows, rel_mse pooled over sup
+    rows, cos_slice averaged over samples. Per update, all [B, L] bool unless noted:
+
+    sup        supervised rows (MageFlow: every real token; Qwen-Image 2.1: consumed text)
+    vision     image-slot rows (supervised or not); a sample with any is an "edit" sample
+    sup_start  [B] int, where the engine's slice starts (MageFlow 64 edit / 34 t2i; Qwen 14)
+    keep       real rows, for roundtrip_cos (None = sup)
+    pred_ck    the checkpoint's prediction [B, L, D] for roundtrip_cos (raw cosine)
+    """
+
+    SPLITS = ("cos", "cos_vis", "cos_txt", "cos_edit", "cos_t2i")
+
+    def __init__(self) -> None:
+        self.means = {k: PooledMean() for k in
+                      (*self.SPLITS, "rel_mse", "cos_slice", "roundtrip_cos")}
+        self.worst_sample_cos_slice: float | None = None
+        self.samples = 0
+        self.batches = 0
+
+    def update(self, pred: Tensor, target: Tensor, *, sup: Tensor, vision: Tensor,
+               sup_start: Tensor, keep: Tensor | None = None,
+               pred_ck: Tensor | None = None) -> None:
+        _check(pred, target, sup)
+        _check(pred, target, vision)
+        p, t = _wide(pred), _wide(target)                                # [B, L, D]
+        batch, length = p.shape[0], p.shape[1]
+        cos = row_cos(p, t)                                              # [B, L]
+        edit = vision.any(-1, keepdim=True)                              # [B, 1]
+        splits = {"cos": sup, "cos_vis": sup & vision, "cos_txt": sup & ~vision,
+                  "cos_edit": sup & edit, "cos_t2i": sup & ~edit}
+        for name, rows in splits.items():
+            self.means[name].add_values(cos[rows])
+        self.means["rel_mse"].add(*_sq_sums(p.double(), t.double(), sup))
+
+        start = sup_start.to(device=p.device, dtype=torch.long).reshape(batch, 1)  # [B, 1]
+        in_slice = sup & (torch.arange(length, device=p.device)[None, :] >= start)  # [B, L]
+        counts = in_slice.sum(-1)                                        # [B]
+        sums = torch.where(in_slice, cos, cos.new_zeros(())).double().sum(-1)      # [B]
+        per_sample = (sums / counts.clamp_min(1))[counts > 0]            # [B'] samples with rows
+        self.means["cos_slice"].add_values(per_sample)
+        self.worst_sample_cos_slice = _lowest(self.worst_sample_cos_slice, per_sample)
+
+        if pred_ck is not None:
+            _check(pred, pred_ck, keep)
+            rows = sup if keep is None else keep
+            self.means["roundtrip_cos"].add_values(row_cos(p, pred_ck)[rows])
+        self.samples += batch
+        self.batches += 1
+
+    def result(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {}
+        for name in ("cos_slice", "cos_vis", "cos_txt", "cos_edit", "cos_t2i", "cos", "rel_mse"):
+            _put(out, name, self.means[name].value)
+        _put(out, "worst_sample_cos_slice", self.worst_sample_cos_slice)
+        _put(out, "roundtrip_cos", self.means["roundtrip_cos"].value)
+        out["val_samples"] = self.samples
+        out["val_batches"] = self.batches
+        return out
+
+
+def health_verdict(centered_cos: float) -> str:
+    """One sentence judging an adapter's centred cosine against a teacher-conditioned engine
+    context (§1): ≥ 0.96 healthy; around 0.87 the broken-RoPE signature."""
+    c = float(centered_cos)
+    if math.isnan(c):
+        return "The centred cosine is not a number, so the adapter's output cannot be judged."
+    if c >= HEALTHY_CENTERED_COS:
+        return f"Centred cosine {c:.3f} against the teacher-conditioned engine context is healthy."
+    low, high = BROKEN_ROPE_BAND
+    if low <= c <= high:
+        return (f"Centred cosine {c:.3f} is the broken-RoPE signature (teacher rotary tables "
+                f"uninitialised; retrain on fresh shards).")
+    return (f"Centred cosine {c:.3f} against the teacher-conditioned engine context is below "
+            f"the healthy {HEALTHY_CENTERED_COS:.2f} and outside the broken-RoPE band around 0.87.")
