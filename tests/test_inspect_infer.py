@@ -164,3 +164,34 @@ def test_inspect_a_student_and_junk(tmp_path, run_cli):
     (tmp_path / "junk.gguf").write_bytes(b"not a gguf at all")
     r = run_cli("inspect", str(tmp_path / "junk.gguf"))
     assert r.returncode == 2 and "is not a GGUF file" in r.stderr
+
+
+def test_infer_from_a_prompt_through_template_and_student(tmp_path, run_cli):
+    from trainer_core.packs import get_pack
+    from trainer_core.student import load_student
+    from trainer_core.tiny import tiny_qwen3_config, write_qwen_tokenizer, write_student_config, write_student_gguf
+    from transformers import Qwen3Model
+
+    torch.manual_seed(0)
+    config = tiny_qwen3_config(hidden_size=IN)
+    snapshot = tmp_path / "pig-clip-tokenizer"
+    write_qwen_tokenizer(snapshot)
+    write_student_config(snapshot, config)
+    write_student_gguf(Qwen3Model(config), tmp_path / "pig_clip-f16.gguf", dtype="f16")
+    path, _, _ = export(tmp_path, "resampler")
+
+    r = run_cli("infer", "--adapter", str(path), "--student", str(tmp_path / "pig_clip-f16.gguf"),
+                "--tokenizer", str(snapshot), "--pack", "llada_image", "--prompt", "a sheep in sunglasses",
+                "--out", str(tmp_path / "rows.npy"), "--json")
+    assert r.returncode == 0, r.stderr
+    student = load_student(tmp_path / "pig_clip-f16.gguf", snapshot)
+    text = "<role>HUMAN</role> Generate an image: a sheep in sunglasses\n<role>ASSISTANT</role>\n<IMAGE1>"
+    assert get_pack("llada_image").format_prompt("a sheep in sunglasses") == text
+    states, _ = student.encode([text])
+    want = engine_rows(path, states[0].numpy())
+    assert json.loads(r.stdout)["input_rows"] == len(student.tokenize(text)) == states.shape[1]
+    np.testing.assert_allclose(np.load(tmp_path / "rows.npy"), want, rtol=1e-5, atol=1e-5)
+
+    r = run_cli("infer", "--adapter", str(path), "--student", str(tmp_path / "pig_clip-f16.gguf"),
+                "--tokenizer", str(snapshot), "--pack", "t5xxl_pixart")
+    assert r.returncode == 2 and "one of the two" in r.stderr

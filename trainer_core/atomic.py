@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json", "atomic_path"]
 
 # read once at import: os.umask can only be read by setting it, which is not thread-safe
 _UMASK = os.umask(0)
@@ -37,6 +38,28 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        raise
+    _fsync_dir(path.parent)
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """For writers that need a file name (GGUF, torch.save): yields a temp path beside `path`;
+    when the block ends normally the temp file is fsynced and renamed over `path`, otherwise it
+    is removed and `path` is left as it was. Checks inside the block (reading the temp file back)
+    run before the rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,18 +20,20 @@ import torch
 from torch import nn
 
 from .adapter import AdapterConfig, build_adapter
+from .atomic import atomic_path
 from .errors import ModelFileError
 
 __all__ = [
     "PREFIX", "TRAINER", "Provenance", "fold_standardization", "gguf_dtype", "write_adapter_gguf",
     "read_adapter_gguf", "read_gguf_tensors", "read_gguf_kvs", "detect_layout", "LayoutProblem",
-    "AdapterFile", "tensor_table",
+    "AdapterFile", "tensor_table", "open_gguf", "dequantize", "GGUFTensor",
 ]
 
 PREFIX = "adapter."
 TRAINER = "gguf-trainer"
 F32_2D = frozenset({"query", "vision_proj.weight"})
 FOREIGN_MARKERS = ("cap_query", "slot_query", "bank_query", "layer_map")  # other kinds' runners
+STUDENT_MARKER = "model.layers.0.self_attn.q_proj.weight"  # how ggk's front end recognises a student GGUF
 
 
 @dataclass(frozen=True)
@@ -120,10 +121,7 @@ def write_adapter_gguf(path: str | os.PathLike, model: nn.Module | Mapping[str, 
     state = (fold_standardization(state, mu, sigma) if mu is not None
              else {k: v.detach().to(torch.float32) for k, v in state.items()})
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         writer = gguf.GGUFWriter(tmp, arch="pig")
         for key, value, kind in _kv_items(config, name, pack, provenance, pack_kvs or {}):
             {"u32": writer.add_uint32, "str": writer.add_string, "bool": writer.add_bool,
@@ -136,13 +134,7 @@ def write_adapter_gguf(path: str | os.PathLike, model: nn.Module | Mapping[str, 
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        _verify(tmp, state, config)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        _verify(tmp, state, config)  # read back before the rename
     return path
 
 
@@ -162,51 +154,68 @@ def _verify(tmp: str, state: Mapping[str, torch.Tensor], config: AdapterConfig) 
 
 @dataclass
 class GGUFTensor:
+    path: Path
     name: str
     shape_ne: tuple[int, ...]   # GGUF order: fastest axis first
     dtype: str                  # "F32", "F16", "Q8_0", …
     data: np.ndarray            # numpy in torch order (reversed ne), dequantized only on demand
 
     def to_torch(self) -> torch.Tensor:
-        import gguf
-        if self.dtype in ("F32", "F16"):
-            array = np.asarray(self.data, dtype=np.float32)
-        else:  # BF16 and the quantized types
-            array = gguf.quants.dequantize(self.data, gguf.GGMLQuantizationType[self.dtype])
-        return torch.from_numpy(np.ascontiguousarray(array).reshape(tuple(reversed(self.shape_ne))).copy())
+        return torch.from_numpy(dequantize(self.path, self.name, self.dtype, self.data, self.shape_ne))
 
 
-def _reader(path: str | os.PathLike):
+def dequantize(path: Path, name: str, dtype: str, data: np.ndarray, shape_ne: tuple[int, ...]) -> np.ndarray:
+    """One tensor as float32 in torch order (ne reversed), copied out of the memory map."""
+    import gguf
+    try:
+        if dtype in ("F32", "F16"):
+            values = np.asarray(data, dtype=np.float32)
+        else:  # BF16, Q8_0, Q4_K, …: the gguf package's reference dequantizers
+            values = gguf.quants.dequantize(data, gguf.GGMLQuantizationType[dtype])
+    except NotImplementedError:
+        raise ModelFileError(f"{path} stores {name} as {dtype}, which the gguf package cannot "
+                             f"dequantize; convert the file to f16, bf16 or q8_0.") from None
+    return np.ascontiguousarray(values, dtype=np.float32).reshape(tuple(reversed(shape_ne))).copy()
+
+
+def open_gguf(path: str | os.PathLike):
+    """A gguf.GGUFReader over the file, or ModelFileError saying why it cannot be one."""
     import gguf
     path = Path(path)
     try:
+        size = path.stat().st_size
         with open(path, "rb") as f:
             magic = f.read(4)
     except FileNotFoundError:
         raise ModelFileError(f"{path} does not exist; check the path.") from None
     except OSError as e:
-        raise ModelFileError(f"{path} cannot be read ({e.strerror}).") from None
+        raise ModelFileError(f"{path} cannot be read ({e.strerror}); check its permissions.") from None
     if magic != b"GGUF":
-        raise ModelFileError(f"{path} is not a GGUF file (it does not start with the GGUF magic).")
+        raise ModelFileError(f"{path} is not a GGUF file (it does not start with the bytes 'GGUF').")
     try:
-        return gguf.GGUFReader(path, "r")
-    except Exception as e:  # the package raises ValueError/IndexError/... on truncated files
-        raise ModelFileError(f"{path} is not a readable GGUF ({type(e).__name__}: {e}); the file is "
-                             f"probably truncated — copy or export it again.") from None
+        reader = gguf.GGUFReader(path, "r")
+    except Exception as e:  # the package raises ValueError, IndexError, … on short or bad data
+        raise ModelFileError(f"{path} is truncated or damaged and cannot be read as GGUF "
+                             f"({' '.join(str(e).split())}); download or export it again.") from None
+    for t in reader.tensors:
+        if t.data_offset + t.n_bytes > size:
+            raise ModelFileError(f"{path} is truncated (the data of {t.name} runs past the end of "
+                                 f"the file); download or export it again.")
+    return reader
 
 
 def read_gguf_tensors(path: str | os.PathLike) -> dict[str, GGUFTensor]:
-    reader = _reader(path)
+    reader = open_gguf(path)
     out = {}
     for t in reader.tensors:
-        out[t.name] = GGUFTensor(t.name, tuple(int(x) for x in t.shape), t.tensor_type.name, t.data)
+        out[t.name] = GGUFTensor(Path(path), t.name, tuple(int(x) for x in t.shape), t.tensor_type.name, t.data)
     return out
 
 
 def read_gguf_kvs(path: str | os.PathLike) -> dict[str, Any]:
     """Every KV except the GGUF bookkeeping ones, as Python values."""
     import gguf
-    reader = _reader(path)
+    reader = open_gguf(path)
     out: dict[str, Any] = {}
     for key, fld in reader.fields.items():
         if key.startswith("GGUF."):

@@ -7,11 +7,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .gguf_io import PREFIX, detect_layout, read_gguf_kvs, read_gguf_tensors
+from .gguf_io import PREFIX, STUDENT_MARKER, detect_layout, read_gguf_kvs, read_gguf_tensors
 
 __all__ = ["describe_gguf", "STUDENT_MARKER"]
 
-STUDENT_MARKER = "model.layers.0.self_attn.q_proj.weight"   # how ggk's front end recognises a student
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 
 
