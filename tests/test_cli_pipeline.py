@@ -50,17 +50,17 @@ def test_new_then_run_only_corpus(text_project, run_cli):
         ("corpus", {"status": "done", "skipped": True})]
 
 
-def test_full_run_fails_clearly_at_the_first_missing_stage(text_project, run_cli):
+def test_full_run_fails_clearly_at_the_first_stage_missing_a_material(text_project, run_cli):
     r = run_cli("run", "--project", str(text_project))
     assert r.returncode == 1
-    assert "Precompute (val) stage is not available" in r.stdout
+    assert "The pig_clip student GGUF is not set" in r.stdout
     s = run_cli("status", "--project", str(text_project), "--json")
     report = json.loads(s.stdout)
     assert report["status"] == "failed"
     by_name = {st["name"]: st for st in report["stages"]}
     assert by_name["corpus"]["status"] == "done" and by_name["corpus"]["done"] is True
     assert by_name["precompute_val"]["status"] == "failed"
-    assert "not available" in by_name["precompute_val"]["error"]
+    assert "materials.student.path" in by_name["precompute_val"]["error"]
     assert [st["name"] for st in report["stages"]] == [
         "corpus", "precompute_val", "precompute_train", "train", "export", "eval"]
     human = run_cli("status", "--project", str(text_project))

@@ -45,3 +45,12 @@ def test_cli_works_without_gradio(tmp_path):
         f"assert main(['status', '--project', {str(tmp_path / 'p')!r}]) == 0\n")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "p" / "project.json").is_file()
+
+
+def test_the_cli_and_the_driver_do_not_import_torch():
+    """Every `gguf-trainer` call and every driver start stays fast: torch loads in stages only."""
+    r = subprocess.run([sys.executable, "-c", "import sys, trainer_core.cli, trainer_core.pipeline, "
+                        "trainer_core.stages.corpus; print(sorted(m for m in ('torch', 'transformers', "
+                        "'gradio') if m in sys.modules))"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

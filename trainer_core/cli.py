@@ -8,6 +8,7 @@
     gguf-trainer status --project DIR [--json]
     gguf-trainer set    --project DIR [--steps N] [--set KEY=VALUE ...]
     gguf-trainer packs
+    gguf-trainer demo   [--project DIR] [--pack ID]   # a project on tiny offline models
     gguf-trainer inspect FILE.gguf [--json]
     gguf-trainer infer  --adapter A.gguf (--hidden FILE | --student S.gguf --tokenizer DIR --pack ID
                         --prompt TEXT) [--t5-ids FILE] [--vis FILE] [--out OUT] [--compare REF] [--json]
@@ -34,7 +35,8 @@ from .stages import STAGES, stage_done
 
 __all__ = ["main", "build_parser"]
 
-SUBCOMMANDS = ("serve", "new", "run", "start", "stop", "kill", "status", "set", "packs", "inspect", "infer")
+SUBCOMMANDS = ("serve", "new", "run", "start", "stop", "kill", "status", "set", "packs", "inspect", "infer",
+               "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="any setting, e.g. train.lr=1e-4 or corpus.extra_files=a.txt,b.jsonl")
 
     sub.add_parser("packs", help="list the trainer packs")
+
+    demo = sub.add_parser("demo", help="create a project on tiny offline models (try the whole pipeline now)")
+    demo.add_argument("--project", metavar="DIR", help="default: ./gguf-trainer-demo/<pack folder>")
+    demo.add_argument("--pack", default="t5xxl_pixart", metavar="ID")
 
     inspect = sub.add_parser("inspect", help="describe an adapter or student GGUF and its layout problems")
     inspect.add_argument("file", metavar="FILE.gguf")
@@ -289,6 +295,18 @@ def _steps_hint(project: Project, steps: int) -> None:
         print(f"`gguf-trainer start --project {project.root}` continues from step {step} to {steps}")
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .demo import build_demo
+    from .packs import get_pack
+    root = Path(args.project) if args.project else Path("gguf-trainer-demo") / get_pack(args.pack).default_folder
+    project = build_demo(root, args.pack)
+    print(f"demo project ready: {project.root}\n"
+          f"run it:  gguf-trainer run --project {project.root}")
+    return 0
+
+
 def cmd_packs(args: argparse.Namespace) -> int:
     for pack in PACKS.values():
         print(f"{pack.id:<20} {pack.title}")
@@ -371,7 +389,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 COMMANDS = {"serve": cmd_serve, "new": cmd_new, "run": cmd_run, "start": cmd_start, "stop": cmd_stop,
             "kill": cmd_kill, "status": cmd_status, "set": cmd_set, "packs": cmd_packs,
-            "inspect": cmd_inspect, "infer": cmd_infer}
+            "inspect": cmd_inspect, "infer": cmd_infer, "demo": cmd_demo}
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import Qwen3Config, Qwen3Model
 
+from .batching import greedy_batches
 from .errors import ModelFileError
 from .gguf_io import STUDENT_MARKER, dequantize, open_gguf
 
@@ -182,6 +183,24 @@ class Student:
             out = self.model(input_ids=ids.to(self.device),
                              attention_mask=mask.to(self.device, torch.long))
         return out.last_hidden_state.float()  # [B, L, H]
+
+    def rows(self, texts: list[str], max_len: int, max_batch: int, tok_budget: int
+             ) -> tuple[list[list[int]], list[torch.Tensor], int]:
+        """(token ids, final-norm rows [len_i, H] bf16 on the CPU, number truncated) per text, in
+        input order; texts are tokenized, cut to `max_len` tokens, and run in length-sorted
+        greedy batches of at most `max_batch` samples and `tok_budget` padded tokens."""
+        tokens = [self.tokenize(t) for t in texts]
+        truncated = sum(len(t) > max_len for t in tokens)
+        tokens = [t[:max_len] for t in tokens]
+        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
+        out: list[torch.Tensor | None] = [None] * len(tokens)
+        for batch in greedy_batches([len(tokens[i]) for i in order], max_batch, tok_budget):
+            members = [order[j] for j in batch]
+            ids, mask = self.batch([tokens[i] for i in members])
+            states = self.hidden(ids, mask).to("cpu", torch.bfloat16)          # [b, L, H]
+            for row, i in enumerate(members):
+                out[i] = states[row, :len(tokens[i])].clone()
+        return tokens, out, truncated  # type: ignore[return-value]
 
     def encode(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """(states [B, L, H] float32, mask [B, L] bool on the model's device) for `texts`."""

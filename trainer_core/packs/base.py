@@ -1,19 +1,72 @@
-"""What a trainer pack declares: identity, adapter kind, corpus kind, defaults, export facts.
+"""The pack interface: what a trainer pack declares and the hooks the stages call.
 
-A pack is data plus (in later stages) a few hooks. The values here are read by the
-settings layer (defaults overlay at project creation), the CLI (`gguf-trainer packs`)
-and the GUI (titles and descriptions); dimensions that come from a model are read from
-the materials' configs when the stages run, never from here.
+A pack is declarative data (identity, adapter kind, corpus kind, materials, defaults,
+templates, export KVs, metric names, the ggk command line) plus a few hooks:
+
+    teacher_dims(project)                  dimensions read from the teacher's config
+    build_teacher(project, device)         the real teacher, loaded once per stage process
+    build_mock_teacher(project)            synthetic targets of the right shapes
+    make_shard(prompts, student, teacher, budgets) -> (tensors, meta)   one shard's content
+    adapter_config(project, in_dim)        the adapter the train stage builds
+
+Dimensions that come from a model (student hidden size, teacher width, vocab sizes) are read
+from the materials' configs when the stages run, never hard-coded, so the same code runs
+the real shapes and the tiny ones of the tests and the demo. See docs/PACKS.md.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
-__all__ = ["TrainerPack", "ADAPTER_KINDS", "CORPUS_KINDS"]
+from ..errors import StageNotAvailableError, UsageError
+
+if TYPE_CHECKING:  # the stages import torch; the registry stays light
+    from ..adapter import AdapterConfig
+    from ..project import Project
+
+__all__ = ["TrainerPack", "Material", "Budgets", "ADAPTER_KINDS", "CORPUS_KINDS", "STUDENT_MATERIALS"]
 
 ADAPTER_KINDS = ("resampler", "seeded_resampler", "token_aligned_vision")
 CORPUS_KINDS = ("text", "image")
+
+
+@dataclass(frozen=True)
+class Material:
+    """Something a pack needs on disk: a Hub snapshot or a local file the user picks."""
+
+    id: str
+    title: str
+    kind: str                          # "hf_snapshot" | "local_file"
+    repo: str = ""
+    repo_type: str = "model"
+    patterns: tuple[str, ...] = ()     # allow-patterns of the snapshot
+    subdir: str = ""                   # under <project>/materials/
+    required: bool = True
+    size_hint: str = ""
+    suffixes: tuple[str, ...] = ()     # local files
+    hint: str = ""
+
+
+STUDENT_MATERIALS = (
+    Material("student", "pig_clip student GGUF", "local_file", suffixes=(".gguf",),
+             hint="your pig_clip-f16.gguf (quantized files are dequantized on load; train against f16)"),
+    Material("student_tokenizer", "pig_clip tokenizer and config", "hf_snapshot",
+             repo="callgg/pig-clip-tokenizer",
+             patterns=("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                       "vocab.json", "merges.txt"),
+             subdir="pig-clip-tokenizer", size_hint="~11 MB"),
+)
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Batch sizes and token budgets of one precompute run (settings of 0 already resolved)."""
+
+    teacher_batch: int
+    tok_budget: int
+    student_batch: int
+    student_tok_budget: int
 
 
 @dataclass(frozen=True)
@@ -35,6 +88,10 @@ class TrainerPack:
     t2i_template: str = "{text}"
     t2i_empty: str | None = None
     t2i_start: int = 0
+    max_len_student: int = 512    # student tokens kept per prompt (resampler kinds truncate)
+    materials: tuple[Material, ...] = STUDENT_MATERIALS
+    metric_names: tuple[str, ...] = ()     # eval.json keys, in the order the GUI shows them
+    ggk_args: str = ""            # the engine flags that use the adapter ({gguf} is replaced)
 
     def __post_init__(self) -> None:
         if self.adapter_kind not in ADAPTER_KINDS:
@@ -42,13 +99,73 @@ class TrainerPack:
         if self.corpus_kind not in CORPUS_KINDS:
             raise ValueError(f"pack {self.id}: unknown corpus kind {self.corpus_kind!r}")
 
+    @property
+    def default_name(self) -> str:
+        """The adapter name a new project gets when its folder has the pack's default name."""
+        return "pig_" + self.default_folder
+
     def format_prompt(self, text: str) -> str:
         """The engine's text-to-image string for `text` (no stripping: the engine does none)."""
         if not text and self.t2i_empty is not None:
             return self.t2i_empty
         return self.t2i_template.replace("{text}", text)
 
-    @property
-    def default_name(self) -> str:
-        """The adapter name a new project gets when its folder has the pack's default name."""
-        return "pig_" + self.default_folder
+    def ggk_command(self, gguf: str) -> str:
+        return self.ggk_args.replace("{gguf}", gguf)
+
+    # ------------------------------------------------------------ materials
+    def material(self, material_id: str) -> Material:
+        for m in self.materials:
+            if m.id == material_id:
+                return m
+        raise KeyError(material_id)
+
+    def resolve_material(self, project: "Project", material_id: str) -> Path | None:
+        """Where a material lives: a path override (picked or linked), else its place under
+        materials/ (snapshots); None for a local file nobody picked."""
+        override = project.settings.materials.get(material_id)
+        if override is not None and override.path:
+            return project.resolve_user_path(override.path)
+        m = self.material(material_id)
+        if m.kind == "hf_snapshot":
+            return project.materials_dir / (m.subdir or m.repo.rsplit("/", 1)[-1])
+        return None
+
+    def require_material(self, project: "Project", material_id: str) -> Path:
+        """The material's path, or a UsageError saying how to provide it."""
+        m = self.material(material_id)
+        path = self.resolve_material(project, material_id)
+        if path is None:
+            raise UsageError(f"The {m.title} is not set: pick {m.hint or 'the file'} in the Materials "
+                             f"section, or `gguf-trainer set --project {project.root} "
+                             f"--set materials.{m.id}.path=FILE`.")
+        if not path.exists():
+            how = (f"download it ({m.repo}) with `gguf-trainer download --project {project.root}`"
+                   if m.kind == "hf_snapshot" else "pick the file again")
+            raise UsageError(f"The {m.title} is missing: {path} does not exist; {how}.")
+        return path
+
+    # ------------------------------------------------------------ hooks
+    def teacher_dims(self, project: "Project") -> dict[str, int]:
+        """{"out_dim": …, and kind-specific sizes} from the teacher's config."""
+        raise StageNotAvailableError(f"The {self.title} teacher is not available in this version yet.")
+
+    def build_teacher(self, project: "Project", device: Any) -> Any:
+        raise StageNotAvailableError(
+            f"The {self.title} teacher is not available in this version yet; tick precompute.mock_teacher "
+            f"(or set GGUF_TRAINER_MOCK_TEACHER=1) to run the pipeline on synthetic targets.")
+
+    def build_mock_teacher(self, project: "Project") -> Any:
+        raise StageNotAvailableError(f"The {self.title} pack has no mock teacher in this version yet.")
+
+    def budgets(self, project: "Project", device: Any) -> Budgets:
+        p = project.settings.precompute
+        return Budgets(p.teacher_batch or 24, p.tok_budget or 12288, p.student_batch or 64,
+                       p.student_tok_budget or (p.student_batch or 64) * self.max_len_student)
+
+    def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+        raise StageNotAvailableError(f"Precompute for the {self.title} pack is not available in this version yet.")
+
+    def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
+        raise StageNotAvailableError(f"Training the {self.title} adapter is not available in this version yet.")

@@ -1,7 +1,17 @@
 """LLaDA-Image-Turbo: the 16B LLaDA2-MoE text stack → pig_clip + a 256-query resampler."""
 from __future__ import annotations
 
-from .base import TrainerPack
+from .base import STUDENT_MATERIALS, Material, TrainerPack
+
+TEACHER = Material(
+    "teacher", "LLaDA-Image-Turbo text encoder, QueryFormer, text_projection, tokenizer (teacher)",
+    "hf_snapshot", repo="inclusionAI/LLaDA-Image-Turbo",
+    patterns=("model_index.json", "text_encoder/*", "queryformer/*", "text_projection/*", "tokenizer/*"),
+    subdir="LLaDA-Image-Turbo", size_hint="~33 GB",
+    hint="needs ~34 GB of combined GPU + CPU memory to run")
+SIGVQ = Material("sigvq", "SigVQ vision encoder (exported beside the adapter)", "hf_snapshot",
+                 repo="inclusionAI/LLaDA-Image-Turbo", patterns=("sigvq/*",), subdir="LLaDA-Image-Turbo",
+                 required=False, size_hint="~2.4 GB")
 
 TEMPLATE = "<role>HUMAN</role> Generate an image: {text}\n<role>ASSISTANT</role>\n<IMAGE1>"
 EMPTY = "<role>HUMAN</role> Generate an image.\n<role>ASSISTANT</role>\n<IMAGE1>"  # a period, no ": "
@@ -30,4 +40,9 @@ PACK = TrainerPack(
     ggk_min_version="0.5.7",
     t2i_template=TEMPLATE,
     t2i_empty=EMPTY,
+    max_len_student=512,
+    materials=STUDENT_MATERIALS + (TEACHER, SIGVQ),
+    metric_names=("cos_centered", "cos_rms", "worst_row_cos_rms", "rel_mse", "cos_raw", "roundtrip_cos",
+                  "trained_steps", "val_batches"),
+    ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf} --llm_vision pig_llada_sigvq-f16.gguf",
 )

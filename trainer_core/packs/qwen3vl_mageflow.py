@@ -1,7 +1,13 @@
 """MageFlow-Edit: the Qwen3-VL-4B-Instruct text stack → pig_clip + a token-aligned vision adapter."""
 from __future__ import annotations
 
-from .base import TrainerPack
+from .base import STUDENT_MATERIALS, Material, TrainerPack
+
+TEACHER = Material("teacher", "Qwen3-VL-4B-Instruct (teacher)", "hf_snapshot", repo="Qwen/Qwen3-VL-4B-Instruct",
+                   patterns=("config.json", "generation_config.json", "model.safetensors.index.json", "model-*.safetensors",
+              "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+              "chat_template.json"),
+                   subdir="Qwen3-VL-4B-Instruct", size_hint="~8.3 GB")
 
 EDIT_PREFIX = (  # 64 tokens
     "<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, "
@@ -50,4 +56,8 @@ PACK = TrainerPack(
     },
     t2i_template=T2I_PREFIX + "{text}" + SUFFIX,
     t2i_start=34,
+    max_len_student=1024,
+    materials=STUDENT_MATERIALS + (TEACHER,),
+    metric_names=("cos_slice", "cos_vis", "cos_txt", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos", "trained_steps", "val_samples"),
+    ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf} --llm_vision mmproj-qwen3vl-4b-it-f16.gguf",
 )

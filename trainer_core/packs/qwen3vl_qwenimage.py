@@ -1,7 +1,13 @@
 """Qwen-Image 2.1: the full Qwen3-VL-8B-Instruct → pig_clip + a token-aligned vision adapter."""
 from __future__ import annotations
 
-from .base import TrainerPack
+from .base import STUDENT_MATERIALS, Material, TrainerPack
+
+TEACHER = Material("teacher", "Qwen3-VL-8B-Instruct (teacher)", "hf_snapshot", repo="Qwen/Qwen3-VL-8B-Instruct",
+                   patterns=("config.json", "generation_config.json", "model.safetensors.index.json", "model-*.safetensors",
+              "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+              "chat_template.json"),
+                   subdir="Qwen3-VL-8B-Instruct", size_hint="~17.5 GB")
 
 SYSTEM = "<|im_start|>system\nComprehend and analyze the provided prompt.<|im_end|>\n"  # 14 tokens, dropped
 USER = "<|im_start|>user\n"
@@ -49,4 +55,8 @@ PACK = TrainerPack(
     t2i_template=SYSTEM + USER + "{text}" + SUFFIX,
     t2i_empty=SYSTEM + USER + " " + SUFFIX,  # an empty prompt becomes a single space
     t2i_start=14,
+    max_len_student=2304,
+    materials=STUDENT_MATERIALS + (TEACHER,),
+    metric_names=("cos_slice", "cos_edit", "cos_t2i", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos", "trained_steps", "val_samples"),
+    ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf} --llm_vision mmproj-qwen3vl-8b-it-f16.gguf",
 )

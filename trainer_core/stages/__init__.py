@@ -6,15 +6,14 @@ pipeline reports that as a failure instead of pretending.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import read_json
 from ..project import Project
+from ..shards import expected_shards, valid_shards
 
-__all__ = ["StageSpec", "STAGES", "STAGE_NAMES", "get_stage", "stage_done", "count_lines",
-           "expected_shards", "valid_shards"]
+__all__ = ["StageSpec", "STAGES", "STAGE_NAMES", "get_stage", "stage_done"]
 
 
 @dataclass(frozen=True)
@@ -28,8 +27,8 @@ class StageSpec:
 
 STAGES: tuple[StageSpec, ...] = (
     StageSpec("corpus", "Corpus", "trainer_core.stages.corpus"),
-    StageSpec("precompute_val", "Precompute (val)", None, ("--split", "val")),
-    StageSpec("precompute_train", "Precompute (train)", None, ("--split", "train")),
+    StageSpec("precompute_val", "Precompute (val)", "trainer_core.stages.precompute", ("--split", "val")),
+    StageSpec("precompute_train", "Precompute (train)", "trainer_core.stages.precompute", ("--split", "train")),
     StageSpec("train", "Train adapter", None),
     StageSpec("export", "Export GGUF", None, forceable=True),
     StageSpec("eval", "Evaluate", None, forceable=True),
@@ -42,37 +41,6 @@ def get_stage(name: str) -> StageSpec:
         if spec.name == name:
             return spec
     raise KeyError(name)
-
-
-def count_lines(path: Path) -> int:
-    """Lines in a corpus file (a last line without a newline counts)."""
-    n, last = 0, b"\n"
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            n += chunk.count(b"\n")
-            last = chunk[-1:]
-    return n + (last != b"\n")
-
-
-def expected_shards(project: Project, split: str) -> int:
-    train, val = project.corpus_files()
-    corpus = val if split == "val" else train
-    p = project.settings.precompute
-    size = p.val_shard_size if split == "val" else p.shard_size
-    lines = count_lines(corpus) if corpus.is_file() else 0
-    return max(1, math.ceil(lines / size))
-
-
-def valid_shards(project: Project, split: str) -> list[Path]:
-    """The split's shard files, or none when they were written under another contract."""
-    folder = project.shards_dir(split)
-    try:
-        contract = (folder / "CONTRACT").read_text(encoding="utf-8").strip()
-    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
-        return []
-    if contract != project.pack.shard_contract:
-        return []
-    return sorted(folder.glob(f"{split}-[0-9][0-9][0-9][0-9][0-9].safetensors"))
 
 
 def _mtime(path: Path) -> float | None:

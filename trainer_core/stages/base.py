@@ -34,7 +34,7 @@ EXIT_DONE, EXIT_FAILED, EXIT_STOPPED = 0, 1, 4
 RUN_ID_ENV = "GGUF_TRAINER_RUN_ID"
 PARENT_PID_ENV = "GGUF_TRAINER_PARENT_PID"
 
-StageRun = Callable[[Project, Report, Callable[[], bool]], str]
+StageRun = Callable[..., str]  # run(project, report, should_stop[, split=...]) -> "done" | "stopped"
 
 
 def never() -> bool:
@@ -105,7 +105,7 @@ def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
     stop.install()
     write_pid_file(project.stage_pid, os.getpid())
     try:
-        outcome = run(project, report, stop)
+        outcome = run(project, report, stop, **({"split": args.split} if args.split else {}))
         return EXIT_STOPPED if outcome == "stopped" else EXIT_DONE
     except TrainerError as e:
         report("error", message=str(e))
