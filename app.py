@@ -1,7 +1,8 @@
 """`python app.py`: the gguf-trainer GUI.
 
-The browser GUI arrives with a later version; until then this entry point says so and
-points at the command line, which runs the whole pipeline already.
+The browser GUI arrives with a later version; until then this entry point says so, and
+`python app.py --demo` builds the demo project on tiny offline models and runs it through
+every stage this version has.
 """
 from __future__ import annotations
 

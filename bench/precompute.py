@@ -20,6 +20,7 @@ cumulative-time table to FILE.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -29,16 +30,19 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+import safetensors.torch
 import torch
 
 from trainer_core.batching import greedy_batches
 from trainer_core.demo import build_demo, demo_prompts
 from trainer_core.events import ListReport
 from trainer_core.project import Project
-from trainer_core.shards import contract_for, mock_enabled, write_shard
+from trainer_core import shards as shard_files
+from trainer_core.shards import contract_for, mock_enabled
 from trainer_core.stages import corpus as corpus_stage
 from trainer_core.stages.corpus import read_corpus
 from trainer_core.stages.precompute import load_models
@@ -53,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-precompute-") as tmp:
         bench = Bench.build(Path(tmp), args)
         figures = bench.measure(args.repeat)
+        figures["breakdown_ms"] = bench.breakdown()
         if args.profile:
             bench.profile_a(args.profile)
     figures["peak_rss_mib"] = round(peak_rss_mib(), 1)
@@ -132,7 +137,7 @@ class Bench:
                     "student": "bench", "split": "train", "shard": index, "samples": len(prompts),
                     "in_dim": int(tensors["q_pack"].shape[1]), "out_dim": int(tensors["t_pack"].shape[1]),
                     "num_queries": extra.get("num_queries", 0), "storage": "bf16"}
-            write_shard(folder / f"train-{index:05d}.safetensors", tensors, meta, extra["prompts"])
+            shard_files.write_shard(folder / f"train-{index:05d}.safetensors", tensors, meta, extra["prompts"])
 
     def run_b(self) -> None:
         """The minimum: tokenize, pad, forward, discard, in corpus order, same batch sizes."""
@@ -186,6 +191,26 @@ class Bench:
         self._sync()
         return time.perf_counter() - started
 
+    def breakdown(self) -> dict[str, dict[str, float]]:
+        """Milliseconds per round spent inside each model call and in the shard writer, for one
+        extra A round and one B round; `other` is what the path spends outside those calls."""
+        out = {}
+        for name, fn, args in (("A", self.run_a, (20_000,)), ("B", self.run_b, ())):
+            timers = Timers()
+            with timers.wrap(self.teacher, "seed_windows", "t5_tokenize"), \
+                    timers.wrap(self.teacher, "forward", "teacher_forward"), \
+                    timers.wrap(self.student, "tokenize", "student_tokenize"), \
+                    timers.wrap(self.student, "batch", "student_pad"), \
+                    timers.wrap(self.student, "hidden", "student_forward"), \
+                    timers.wrap(self.student, "rows", "student_rows"), \
+                    timers.wrap(self.pack, "make_shard", "make_shard"), \
+                    timers.wrap(shard_files, "write_shard", "write_shard"), \
+                    timers.wrap(safetensors.torch, "save_file", "save_file"):
+                total = self._timed(fn, *args)
+            out[name] = {k: round(v * 1e3, 1) for k, v in timers.seconds.items()}
+            out[name]["total"] = round(total * 1e3, 1)
+        return out
+
     def profile_a(self, path: str) -> None:
         profiler = cProfile.Profile()
         profiler.runcall(self.run_a, 10_000)
@@ -193,6 +218,43 @@ class Bench:
         pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(60)
         Path(path).write_text(out.getvalue(), encoding="utf-8")
         log(f"cProfile of one A round written to {path}")
+
+
+class Timers:
+    """Wall time spent inside wrapped callables, by label (nested calls count in both)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def wrap(self, owner: Any, attr: str, label: str) -> Iterator[None]:
+        original = getattr(owner, attr)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds[label] = self.seconds.get(label, 0.0) + time.perf_counter() - started
+        self.seconds.setdefault(label, 0.0)
+        _set(owner, attr, timed)
+        try:
+            yield
+        finally:
+            _unset(owner, attr, original)
+
+
+def _set(owner: Any, attr: str, value: Any) -> None:
+    if isinstance(owner, types.ModuleType):
+        setattr(owner, attr, value)
+    else:
+        object.__setattr__(owner, attr, value)   # the pack is a frozen dataclass
+
+
+def _unset(owner: Any, attr: str, original: Any) -> None:
+    if isinstance(owner, types.ModuleType):
+        setattr(owner, attr, original)
+    else:
+        object.__delattr__(owner, attr)      # back to the class's method
 
 
 def _chunks(items: list[str], sizes: list[int]) -> list[list[str]]:

@@ -109,3 +109,19 @@ def test_app_py_runs(run_cli):
     from conftest import REPO
     r = subprocess.run([sys.executable, str(REPO / "app.py")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "gguf-trainer" in r.stdout
+
+
+def test_app_py_demo_builds_and_runs_the_demo(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    r = subprocess.run([sys.executable, str(REPO / "app.py"), "--demo"], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    root = tmp_path / "gguf-trainer-demo" / "t5_adapter"
+    assert "demo finished" in r.stdout
+    assert (root / "shards" / "train" / "train-00000.safetensors").is_file()
+    again = subprocess.run([sys.executable, str(REPO / "app.py"), "--demo"], capture_output=True, text=True,
+                           timeout=300, cwd=tmp_path)
+    assert again.returncode == 0 and "(already built)" in again.stdout and "already done, skipping" in again.stdout

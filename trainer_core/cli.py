@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-browser", action="store_true")
     serve.add_argument("--auto-resume", action="store_true",
                        help="relaunch the last project if its run was interrupted")
+    serve.add_argument("--demo", action="store_true",
+                       help="build (once) and run the demo project on tiny offline models")
 
     new = sub.add_parser("new", help="create a project")
     new.add_argument("--project", required=True, metavar="DIR")
@@ -124,9 +126,35 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.auto_resume:
         auto_resume()
+    if args.demo:
+        return run_demo()
     print(f"gguf-trainer {__version__}: the browser GUI arrives in a later version. Meanwhile the "
           f"whole pipeline runs from the command line; see `gguf-trainer --help`.")
     return 0
+
+
+def run_demo(pack_id: str = "t5xxl_pixart") -> int:
+    """The "try it now" path: the demo project in ./gguf-trainer-demo/, run through every stage
+    this version has, in the foreground."""
+    from pathlib import Path
+
+    from .demo import build_demo
+    from .packs import get_pack
+    from .project import folder_is_project
+    root = Path("gguf-trainer-demo") / get_pack(pack_id).default_folder
+    if folder_is_project(root):
+        project = Project.open(root)
+        print(f"demo project: {project.root} (already built)")
+    else:
+        project = build_demo(root, pack_id)
+        print(f"demo project built: {project.root}")
+    available = [spec.name for spec in STAGES if spec.module is not None]
+    only = available if len(available) < len(STAGES) else None
+    if only:
+        print(f"this version runs the stages {', '.join(available)}; the others arrive in later versions")
+    code = run_pipeline(project, only, echo=True)
+    print(f"demo {'finished' if code == 0 else 'failed'}: see `gguf-trainer status --project {project.root}`")
+    return code
 
 
 def auto_resume() -> int | None:
