@@ -263,3 +263,29 @@ def test_demo_then_run_reaches_the_end_of_precompute(tmp_path, run_cli):
     assert r.returncode == 1 and "Train adapter stage is not available" in r.stdout
     r = run_cli("demo", "--project", str(root))
     assert r.returncode == 2 and "already a project" in r.stderr
+
+
+def test_llada_precompute_on_the_mock_teacher(demo_template, tmp_path):
+    """The resampler layout end to end: the LLaDA template for the student, 256 query rows a prompt."""
+    from trainer_core.packs.llada_image import EMPTY, NUM_QUERIES, OUT_DIM
+    project = Project.create(tmp_path / "llada_adapter", "llada_image")
+    materials = demo_template / "materials"
+    project.update_settings([
+        "precompute.mock_teacher=true", "precompute.device=cpu", "corpus.presets=[]", "corpus.n_val=10",
+        f"corpus.extra_files={materials / 'demo_prompts.txt'}",
+        f"materials.student.path={materials / 'pig_clip-demo-f16.gguf'}",
+        f"materials.student_tokenizer.path={materials / 'pig-clip-tokenizer'}",
+    ])
+    assert corpus.run(project, ListReport()) == "done"
+    assert precompute.run(project, ListReport(), split="val") == "done"
+    (path,) = shard_files(project, "val")
+    shard = Shard(path)
+    assert shard.meta["mock_teacher"] is True and shard.meta["contract"] == "llada_image/2 mock-teacher"
+    assert shard["t_pack"].shape == (10 * NUM_QUERIES, OUT_DIM) and shard["t_len"].tolist() == [NUM_QUERIES] * 10
+    assert shard["len"].tolist() == sorted(shard["len"].tolist())
+    from trainer_core.student import load_student
+    student = load_student(materials / "pig_clip-demo-f16.gguf", materials / "pig-clip-tokenizer")
+    for prompt, n in zip(shard.prompts, shard["len"].tolist()):
+        text = EMPTY if not prompt else f"<role>HUMAN</role> Generate an image: {prompt}\n<role>ASSISTANT</role>\n<IMAGE1>"
+        assert n == len(student.tokenize(text))
+    assert "" in shard.prompts  # the val split always holds an empty prompt

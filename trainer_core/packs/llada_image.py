@@ -1,7 +1,17 @@
 """LLaDA-Image-Turbo: the 16B LLaDA2-MoE text stack → pig_clip + a 256-query resampler."""
 from __future__ import annotations
 
-from .base import STUDENT_MATERIALS, Material, TrainerPack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .base import STUDENT_MATERIALS, Budgets, Material, TrainerPack
+
+if TYPE_CHECKING:
+    from ..adapter import AdapterConfig
+    from ..project import Project
+
+# the reference shapes: 256 QueryFormer rows of the 2560-wide text_projection output
+NUM_QUERIES, OUT_DIM = 256, 2560
 
 TEACHER = Material(
     "teacher", "LLaDA-Image-Turbo text encoder, QueryFormer, text_projection, tokenizer (teacher)",
@@ -16,7 +26,50 @@ SIGVQ = Material("sigvq", "SigVQ vision encoder (exported beside the adapter)", 
 TEMPLATE = "<role>HUMAN</role> Generate an image: {text}\n<role>ASSISTANT</role>\n<IMAGE1>"
 EMPTY = "<role>HUMAN</role> Generate an image.\n<role>ASSISTANT</role>\n<IMAGE1>"  # a period, no ": "
 
-PACK = TrainerPack(
+@dataclass(frozen=True)
+class LLaDAPack(TrainerPack):
+
+    def teacher_dims(self, project: "Project") -> dict[str, int]:
+        return {"out_dim": OUT_DIM, "num_queries": NUM_QUERIES}
+
+    def build_mock_teacher(self, project: "Project") -> Any:
+        from .mock_teachers import MockQueryTeacher
+        dims = self.teacher_dims(project)
+        return MockQueryTeacher(dims["out_dim"], dims["num_queries"])
+
+    def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Resampler layout: every prompt supervises all `num_queries` rows."""
+        import torch
+        tokens, q_rows, truncated = student.rows([self.format_prompt(p) for p in prompts],
+                                                 self.max_len_student, budgets.student_batch,
+                                                 budgets.student_tok_budget)
+        order = sorted(range(len(prompts)), key=lambda i: len(tokens[i]))   # stable: by student length
+        prompts = [prompts[i] for i in order]
+        tokens, q_rows = [tokens[i] for i in order], [q_rows[i] for i in order]
+        rows = [teacher.forward_prompts(prompts[i:i + budgets.teacher_batch]).to(torch.bfloat16)
+                for i in range(0, len(prompts), budgets.teacher_batch)]
+        t = torch.cat(rows)                                                # [S, NQ, out]
+        t_pack = t.reshape(-1, t.shape[-1])
+        t64 = t_pack.double()
+        tensors = {
+            "ids": torch.tensor([i for ids in tokens for i in ids], dtype=torch.int32),
+            "len": torch.tensor([len(ids) for ids in tokens], dtype=torch.int32),
+            "q_pack": torch.cat(q_rows), "t_pack": t_pack,
+            "t_len": torch.full((len(prompts),), t.shape[1], dtype=torch.int32),
+            "stat_s": t64.sum(0), "stat_s2": (t64 * t64).sum(0),
+            "stat_n": torch.tensor([t_pack.shape[0]], dtype=torch.int64),
+        }
+        return tensors, {"prompts": prompts, "num_queries": int(t.shape[1]), "truncated_student": truncated}
+
+    def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
+        from ..adapter import AdapterConfig
+        dims, t = self.teacher_dims(project), project.settings.train
+        return AdapterConfig("resampler", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
+                             depth=t.depth, num_queries=dims["num_queries"])
+
+
+PACK = LLaDAPack(
     id="llada_image",
     title="LLaDA-Image-Turbo (LLaDA2-MoE 16B → 256-query resampler)",
     description=(

@@ -1,0 +1,70 @@
+"""Mock teachers: synthetic targets of the right shapes, deterministic per prompt, no files.
+
+They exist to smoke-test the machinery (GGUF_TRAINER_MOCK_TEACHER=1 or precompute.mock_teacher)
+— never to train a usable adapter. The rows depend on the prompt's words (hashed into a
+small low-rank table) and on the row position, so a mock run still has something to learn
+and a loss that falls. The PixArt mock lives with its teacher (t5_teacher.MockT5Teacher).
+"""
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+__all__ = ["MockQueryTeacher", "MockTokenTeacher", "word_ids"]
+
+_BUCKETS = 4096
+_RANK = 32
+_SEED = 4321
+
+
+def word_ids(text: str) -> list[int]:
+    """Whitespace words hashed into the mock's table (crc32, as the peer's mock tokenizer)."""
+    return [zlib.crc32(w.encode("utf-8")) % _BUCKETS for w in text.split()] or [0]
+
+
+def _tables(out_dim: int, rows: int, seed: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    words = torch.randn(_BUCKETS, _RANK, generator=g)                    # [V, r]
+    proj = torch.randn(_RANK, out_dim, generator=g) / _RANK ** 0.5      # [r, out]
+    pos = torch.randn(rows, out_dim, generator=g) * 0.5                 # [rows, out]
+    mix = torch.randn(rows, _RANK, generator=g)                         # [rows, r]
+    return words, proj, pos, mix
+
+
+class MockQueryTeacher:
+    """Resampler packs (LLaDA): `num_queries` rows of `out_dim` per prompt."""
+
+    mode = "mock"
+
+    def __init__(self, out_dim: int, num_queries: int):
+        self.out_dim, self.num_queries = out_dim, num_queries
+        self.words, self.proj, self.pos, self.mix = _tables(out_dim, num_queries, _SEED)
+
+    def forward_prompts(self, prompts: list[str]) -> torch.Tensor:
+        """[B, num_queries, out_dim] float32."""
+        out = []
+        for text in prompts:
+            e = self.words[word_ids(text)].mean(0)                          # [r]
+            out.append(self.pos + (self.mix * e) @ self.proj)               # [NQ, out]
+        return torch.stack(out)
+
+
+class MockTokenTeacher:
+    """Token-aligned packs: one row of `out_dim` per student token (a causal running mix)."""
+
+    mode = "mock"
+
+    def __init__(self, out_dim: int, max_positions: int = 4096):
+        self.out_dim = out_dim
+        self.words, self.proj, self.pos, self.mix = _tables(out_dim, max_positions, _SEED + 1)
+
+    def forward_tokens(self, token_lists: list[list[int]]) -> list[torch.Tensor]:
+        """Per sample [len_i, out_dim] float32, row j depending on tokens 0..j."""
+        out = []
+        for tokens in token_lists:
+            e = self.words[torch.tensor(tokens) % _BUCKETS]                  # [L, r]
+            context = e.cumsum(0) / torch.arange(1, len(tokens) + 1)[:, None]   # causal mean
+            rows = self.pos[: len(tokens)] + (self.mix[: len(tokens)] * (e + context)) @ self.proj
+            out.append(rows)
+        return out
