@@ -13,9 +13,11 @@ interleaved (warm-up A B, then A B A B ...):
      same batch sizes, in corpus order: tokenize, pad, forward, discard.
 
 The figures are medians over the rounds; `ratio` is the median of the per-pair A/B ratios,
-so slow drift of the machine cancels. The last line on stdout is one JSON object; the rest
-goes to stderr. `--profile FILE` also runs one extra A round under cProfile and writes its
-cumulative-time table to FILE.
+so slow drift of the machine cancels. One more A round and B round then run with timers
+around the model calls and the shard writer (`breakdown_ms`: milliseconds per round inside
+each; nested, so make_shard includes the forwards, and A's `total` minus the calls is our
+bookkeeping). The last line on stdout is one JSON object; the rest goes to stderr.
+`--profile FILE` also runs one A round under cProfile and writes its cumulative table to FILE.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import io
 import json
 import pstats
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -37,11 +40,12 @@ from typing import Any, Iterator
 import safetensors.torch
 import torch
 
+from trainer_core import shards as shards_io
 from trainer_core.batching import greedy_batches
 from trainer_core.demo import build_demo, demo_prompts
+from trainer_core.errors import TrainerError
 from trainer_core.events import ListReport
 from trainer_core.project import Project
-from trainer_core import shards as shard_files
 from trainer_core.shards import contract_for, mock_enabled
 from trainer_core.stages import corpus as corpus_stage
 from trainer_core.stages.corpus import read_corpus
@@ -55,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-precompute-") as tmp:
-        bench = Bench.build(Path(tmp), args)
+        try:
+            bench = Bench.build(Path(tmp), args)
+        except TrainerError as e:   # e.g. --device cuda on a machine without one
+            log(f"bench/precompute.py: {e}")
+            return 2
         figures = bench.measure(args.repeat)
         figures["breakdown_ms"] = bench.breakdown()
         if args.profile:
@@ -68,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=3000, help="train prompts (default 3000)")
-    parser.add_argument("--repeat", type=int, default=5, help="timed A/B pairs (default 5)")
+    parser.add_argument("--prompts", type=int, default=4000, help="train prompts (default 4000)")
+    parser.add_argument("--repeat", type=int, default=9, help="timed A/B pairs (default 9)")
     parser.add_argument("--device", default="", help="overrides precompute.device (the demo sets cpu)")
     parser.add_argument("--shard-size", type=int, default=0,
                         help="overrides precompute.shard_size (the demo sets 120)")
@@ -98,7 +106,7 @@ class Bench:
         project = build_demo(tmp / "project", "t5xxl_pixart")
         prompt_file = project.materials_dir / "bench_prompts.txt"
         n_val = project.settings.corpus.n_val
-        # the demo's own prompts first, so the demo's T5 vocabulary covers the corpus
+        # the demo's word lists, on whose prompts the demo's T5 vocabulary was trained
         prompts = demo_prompts(args.prompts + n_val + 200, seed=BENCH_SEED)
         prompt_file.write_text("".join(p + "\n" for p in prompts), encoding="utf-8")
         settings = [f"corpus.extra_files=materials/demo_prompts.txt,{prompt_file.relative_to(project.root)}",
@@ -137,7 +145,7 @@ class Bench:
                     "student": "bench", "split": "train", "shard": index, "samples": len(prompts),
                     "in_dim": int(tensors["q_pack"].shape[1]), "out_dim": int(tensors["t_pack"].shape[1]),
                     "num_queries": extra.get("num_queries", 0), "storage": "bf16"}
-            shard_files.write_shard(folder / f"train-{index:05d}.safetensors", tensors, meta, extra["prompts"])
+            shards_io.write_shard(folder / f"train-{index:05d}.safetensors", tensors, meta, extra["prompts"])
 
     def run_b(self) -> None:
         """The minimum: tokenize, pad, forward, discard, in corpus order, same batch sizes."""
@@ -164,6 +172,7 @@ class Bench:
         rates_a, rates_b = [], []
         for r in range(1, repeat + 1):
             rates_a.append(samples / self._timed(self.run_a, r))
+            shutil.rmtree(self.scratch)                                        # keeps the disk flat
             rates_b.append(samples / self._timed(self.run_b))
             log(f"round {r}: A {rates_a[-1]:.1f} samples/s, B {rates_b[-1]:.1f} samples/s, "
                 f"A/B {rates_a[-1] / rates_b[-1]:.3f}")
@@ -204,7 +213,7 @@ class Bench:
                     timers.wrap(self.student, "hidden", "student_forward"), \
                     timers.wrap(self.student, "rows", "student_rows"), \
                     timers.wrap(self.pack, "make_shard", "make_shard"), \
-                    timers.wrap(shard_files, "write_shard", "write_shard"), \
+                    timers.wrap(shards_io, "write_shard", "write_shard"), \
                     timers.wrap(safetensors.torch, "save_file", "save_file"):
                 total = self._timed(fn, *args)
             out[name] = {k: round(v * 1e3, 1) for k, v in timers.seconds.items()}
