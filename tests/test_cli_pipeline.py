@@ -125,3 +125,21 @@ def test_app_py_demo_builds_and_runs_the_demo(tmp_path):
     again = subprocess.run([sys.executable, str(REPO / "app.py"), "--demo"], capture_output=True, text=True,
                            timeout=300, cwd=tmp_path)
     assert again.returncode == 0 and "(already built)" in again.stdout and "already done, skipping" in again.stdout
+
+
+def test_start_steps_sets_then_launches(text_project, run_cli):
+    import re
+
+    import psutil
+
+    from trainer_core.runner import wait_gone
+    r = run_cli("start", "--project", str(text_project), "--steps", "40k", "--only", "corpus")
+    assert r.returncode == 0, r.stderr
+    assert "train.steps: 20000 -> 40000" in r.stdout
+    pid = int(re.search(r"pipeline launched \(pid (\d+)\)", r.stdout).group(1))
+    try:
+        assert wait_gone([psutil.Process(pid)], 120)
+    except psutil.NoSuchProcess:
+        pass
+    assert json.loads((text_project / "project.json").read_text())["train"]["steps"] == 40000
+    assert json.loads((text_project / "state.json").read_text())["status"] == "done"

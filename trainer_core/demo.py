@@ -31,8 +31,8 @@ _DETAILS = ("at sunset", "in the rain", "under a full moon", "on a misty morning
 DEMO_SETTINGS = [
     "corpus.presets=[]", "corpus.n_train=360", "corpus.n_val=40", "corpus.seed=8",
     "precompute.shard_size=120", "precompute.val_shard_size=40", "precompute.device=cpu",
-    "train.device=cpu", "train.width=64", "train.depth=2", "train.steps=120", "train.batch_size=16",
-    "train.warmup=20", "train.log_every=10", "train.val_every=40", "train.save_every=40",
+    "train.device=cpu", "train.width=64", "train.depth=2", "train.steps=200", "train.batch_size=16",
+    "train.warmup=20", "train.log_every=10", "train.val_every=50", "train.save_every=50",
 ]
 
 

@@ -67,13 +67,14 @@ class PixArtPack(TrainerPack):
 
         from ..batching import greedy_batches
         windows, lens = teacher.seed_windows(prompts)                       # [S, 120], [S]
-        order = sorted(range(len(prompts)), key=lambda i: int(lens[i]))     # stable: by seed length
+        lens_list = lens.tolist()
+        order = sorted(range(len(prompts)), key=lens_list.__getitem__)     # stable: by seed length
         prompts = [prompts[i] for i in order]
         windows, lens = windows[order], lens[order]
         rows: list[torch.Tensor] = []
         for batch in greedy_batches(lens.tolist(), budgets.teacher_batch, budgets.tok_budget):
-            out = teacher.forward(windows[batch], lens[batch])               # [b, L, out]
-            rows += [out[j, :int(lens[i])].to("cpu", torch.bfloat16) for j, i in enumerate(batch)]
+            out = teacher.forward(windows[batch], lens[batch]).to("cpu", torch.bfloat16)  # [b, L, out]
+            rows += [out[j, :int(lens[i])] for j, i in enumerate(batch)]
         t_pack = torch.cat(rows)                                             # [Σ seed_len, out]
         tokens, q_rows, truncated = student.rows([self.format_prompt(p) for p in prompts],
                                                  self.max_len_student, budgets.student_batch,

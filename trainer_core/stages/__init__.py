@@ -29,7 +29,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("corpus", "Corpus", "trainer_core.stages.corpus"),
     StageSpec("precompute_val", "Precompute (val)", "trainer_core.stages.precompute", ("--split", "val")),
     StageSpec("precompute_train", "Precompute (train)", "trainer_core.stages.precompute", ("--split", "train")),
-    StageSpec("train", "Train adapter", None),
+    StageSpec("train", "Train adapter", "trainer_core.stages.train"),
     StageSpec("export", "Export GGUF", None, forceable=True),
     StageSpec("eval", "Evaluate", None, forceable=True),
 )

@@ -1,0 +1,223 @@
+"""The train stage on the demo project: bit-exact resume, live step changes, snapshots, learning."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO
+from trainer_core.demo import build_demo
+from trainer_core.errors import TrainerError
+from trainer_core.events import ListReport, parse_event
+from trainer_core.losses import row_cos
+from trainer_core.project import Project
+from trainer_core.schedule import lr_at
+from trainer_core.shards import load_stats, valid_shards
+from trainer_core.stages import corpus, precompute, stage_done, train
+from trainer_core.stream import val_batches
+
+STEPS = 120  # log 10, val 50, save 50 (demo settings) → saves at 50, 100, 120
+
+
+@pytest.fixture(scope="module")
+def shards_template(tmp_path_factory):
+    """The demo project with corpus and shards (built once; tests work on copies)."""
+    root = tmp_path_factory.mktemp("demo") / "t5_adapter"
+    project = build_demo(root)
+    project.update_settings([f"train.steps={STEPS}"])
+    assert corpus.run(project, ListReport()) == "done"
+    for split in ("val", "train"):
+        assert precompute.run(project, ListReport(), split=split) == "done"
+    return root
+
+
+@pytest.fixture
+def demo(shards_template, tmp_path):
+    return Project.open(shutil.copytree(shards_template, tmp_path / "t5_adapter"))
+
+
+@pytest.fixture(scope="module")
+def reference(shards_template, tmp_path_factory):
+    """An uninterrupted run, as a stage process like the runs it is compared with."""
+    root = shutil.copytree(shards_template, tmp_path_factory.mktemp("ref") / "t5_adapter")
+    proc = stage(Project.open(root))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err.decode()
+    return Project.open(root)
+
+
+def stage(project: Project) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, "-m", "trainer_core.stages.train", "--project", str(project.root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def wait_for(proc: subprocess.Popen, predicate) -> dict:
+    for line in proc.stdout:
+        event = parse_event(line)
+        if event and predicate(event):
+            return event
+    raise AssertionError("the stage ended first: " + proc.stderr.read().decode()[-3000:])
+
+
+def metric_at(step: int):
+    return lambda e: e["type"] == "metric" and e["payload"].get("step", -1) >= step and "loss" in e["payload"]
+
+
+def finish(proc: subprocess.Popen, code: int = 0) -> str:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == code, err.decode()[-3000:]
+    return out.decode()
+
+
+def resume_to_end(project: Project) -> None:
+    finish(stage(project))
+
+
+def assert_same_checkpoint(a: Project, b: Project) -> None:
+    ca = torch.load(a.checkpoints_dir / "last.pt", weights_only=False)
+    cb = torch.load(b.checkpoints_dir / "last.pt", weights_only=False)
+    assert ca["step"] == cb["step"] == STEPS
+    assert ca["stream"] == cb["stream"]
+    for k in ca["model"]:
+        assert torch.equal(ca["model"][k], cb["model"][k]), k
+    sa, sb = ca["optimizer"]["state"], cb["optimizer"]["state"]
+    assert sa.keys() == sb.keys()
+    for i in sa:
+        for k in sa[i]:
+            assert torch.equal(sa[i][k], sb[i][k]), (i, k)
+
+
+def series_steps(project: Project) -> list[int]:
+    return [p["step"] for p in train.metric_series(project)]
+
+
+def test_sigterm_then_resume_is_bit_exact(demo, reference):
+    proc = stage(demo)
+    wait_for(proc, metric_at(30))
+    proc.send_signal(signal.SIGTERM)
+    out = finish(proc, 4)
+    assert "stop requested: saved last.pt at step" in out
+    stopped_at = json.loads((demo.checkpoints_dir / "last.json").read_text())["step"]
+    assert 30 <= stopped_at < STEPS
+    resume_to_end(demo)
+    assert_same_checkpoint(demo, reference)
+    assert series_steps(demo) == list(range(10, STEPS + 1, 10))
+
+
+@pytest.mark.parametrize("kill_at", ["between-saves", "during-validation"])
+def test_kill_9_then_resume_is_bit_exact(kill_at, demo, reference):
+    proc = stage(demo)
+    if kill_at == "between-saves":
+        wait_for(proc, metric_at(70))            # last saved at 50
+    else:
+        wait_for(proc, lambda e: e["type"] == "progress" and "validating at step 100" in e["payload"].get("detail", ""))
+    proc.kill()
+    proc.wait(timeout=60)
+    saved = json.loads((demo.checkpoints_dir / "last.json").read_text())["step"]
+    assert saved in (50, 100)
+    resume_to_end(demo)
+    assert_same_checkpoint(demo, reference)
+    assert series_steps(demo) == list(range(10, STEPS + 1, 10))   # no repeat, no gap
+
+
+def test_lowering_steps_while_running_finishes_at_the_next_log_interval(demo, run_cli):
+    proc = stage(demo)
+    event = wait_for(proc, metric_at(20))
+    r = run_cli("set", "--project", str(demo.root), "--steps", "30")
+    assert r.returncode == 0
+    out = finish(proc)
+    final = json.loads((demo.checkpoints_dir / "last.json").read_text())
+    assert "finishing now" in out
+    assert final["step"] == final["steps"] and event["payload"]["step"] < final["step"] <= 40
+    assert final["val_cos"] is not None                       # validated at the final step
+    assert stage_done(Project.open(demo.root), "train")
+
+
+def test_raising_steps_while_running_keeps_going(demo, run_cli):
+    proc = stage(demo)
+    wait_for(proc, metric_at(20))
+    assert run_cli("set", "--project", str(demo.root), "--steps", "160").returncode == 0
+    out = finish(proc)
+    assert "planned steps changed: 120 -> 160" in out and "the lr schedule follows the new count" in out
+    assert json.loads((demo.checkpoints_dir / "last.json").read_text())["step"] == 160
+
+
+def test_raising_steps_after_a_finished_run_continues_with_a_warm_restart(demo, reference):
+    shutil.rmtree(demo.checkpoints_dir, ignore_errors=True)
+    shutil.copytree(reference.checkpoints_dir, demo.checkpoints_dir)
+    assert stage_done(demo, "train")
+    demo.update_settings(["train.steps=160"])
+    assert not stage_done(demo, "train")                       # un-finished by the higher count
+    report = ListReport()
+    assert train.run(Project.open(demo.root), report) == "done"
+    logs = [e["message"] for e in report.of_type("log")]
+    assert any("resumed from last.pt at step 120" in m for m in logs)
+    assert any("planned steps changed since the checkpoint: 120 -> 160" in m for m in logs)
+    points = {p["step"]: p for p in train.metric_series(demo)}
+    t = demo.settings.train
+    # the lr logged at step 130 is the lr of optimizer step 129 under the 160-step schedule
+    assert points[130]["lr"] == pytest.approx(lr_at(129, t.lr, t.warmup, 160))
+    assert points[130]["lr"] > points[120]["lr"]              # warm restart: lifted back up
+    assert json.loads((demo.checkpoints_dir / "last.json").read_text())["step"] == 160
+
+
+def test_a_snapshot_request_saves_within_one_step_and_training_continues(demo):
+    proc = stage(demo)
+    wait_for(proc, metric_at(20))
+    demo.snapshot_file.write_text("snapshot\n")
+    event = wait_for(proc, lambda e: e["type"] == "log" and "snapshot request" in e["payload"]["message"])
+    assert not demo.snapshot_file.exists()
+    saved = json.loads((demo.checkpoints_dir / "last.json").read_text())
+    assert saved["val_cos"] is not None and 20 <= saved["step"] < STEPS
+    finish(proc)
+    assert json.loads((demo.checkpoints_dir / "last.json").read_text())["step"] == STEPS
+    assert series_steps(demo) == list(range(10, STEPS + 1, 10))
+    assert f"at step {saved['step']}" in event["payload"]["message"]
+
+
+def test_loss_falls_and_val_cos_beats_the_per_dim_mean(reference):
+    series = train.metric_series(reference)
+    assert series[-1]["loss"] < series[0]["loss"] * 0.8
+    mu, _, _ = load_stats(reference, 0.03)
+    base = [float(row_cos(mu.expand_as(b.target), b.target)[b.tmask].mean())
+            for b in val_batches(valid_shards(reference, "val"), reference.settings.train.batch_size)]
+    baseline = sum(base) / len(base)
+    best = json.loads((reference.checkpoints_dir / "best.json").read_text())
+    assert best["best_val_cos"] > baseline + 0.03, (best, baseline)
+
+
+def test_checkpoint_sidecars_are_readable_without_torch(reference):
+    last = json.loads((reference.checkpoints_dir / "last.json").read_text())
+    assert last["step"] == STEPS and last["steps"] == STEPS and last["val_step"] == STEPS
+    assert set(last["val"]) == {"val_cos", "val_rel_mse"}
+    best = json.loads((reference.checkpoints_dir / "best.json").read_text())
+    assert best["best_val_cos"] == max(best["best_val_cos"], last["val_cos"])
+    ck = torch.load(reference.checkpoints_dir / "last.pt", weights_only=False)
+    assert ck["pack"] == "t5xxl_pixart" and ck["config"]["kind"] == "seeded_resampler"
+    assert ck["train_config"]["steps"] == STEPS and ck["standardized"] is False
+    assert set(ck["rng"]) == {"cpu", "cuda"} and ck["mu"].shape == ck["sigma"].shape
+
+
+def test_a_changed_architecture_is_refused_on_resume(demo, reference):
+    shutil.copytree(reference.checkpoints_dir, demo.checkpoints_dir, dirs_exist_ok=True)
+    demo.update_settings(["train.width=128", "train.steps=200"])
+    with pytest.raises(TrainerError, match=r"width 64 → 128.*reset training"):
+        train.run(Project.open(demo.root), ListReport())
+
+
+def test_kept_steps_on_a_schedule_with_a_keep_limit(demo):
+    demo.update_settings(["train.history=true", "train.history_every=40", "train.history_keep=2"])
+    assert train.run(Project.open(demo.root), ListReport()) == "done"
+    kept = sorted(p.name for p in (demo.checkpoints_dir / "history").glob("*.pt"))
+    # the grid gives 40, 80 (120 is forced as the final step); only the newest 2 are kept
+    assert kept == ["step120.pt", "step80.pt"]
+    ck = torch.load(demo.checkpoints_dir / "history" / "step120.pt", weights_only=False)
+    assert "optimizer" not in ck and ck["model"]["blocks.0.self_attn.q.weight"].dtype == torch.float16

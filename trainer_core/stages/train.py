@@ -1,0 +1,352 @@
+"""Train stage: the adapter on the precomputed shards, resumable to the bit.
+
+    python -m trainer_core.stages.train --project DIR
+
+`checkpoints/last.pt` (+ last.json) is saved every `save_every` steps, when a stop arrives
+(after the current optimizer step), on a SNAPSHOT request and at the final step; `best.pt`
+whenever validation improves. A checkpoint holds the model, the optimizer, the step, the
+planned steps in force, the stream position, every RNG state, the target statistics, the
+pack and the adapter config, so a resumed run takes exactly the steps an uninterrupted run
+would have taken. The planned step count is re-read from project.json at every log interval.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..adapter import AdapterConfig, build_adapter, count_parameters
+from ..atomic import atomic_path, atomic_write_json, atomic_write_text, read_json
+from ..config import settings_from_dict
+from ..errors import TrainerError
+from ..events import Report
+from ..losses import distill_loss, rel_mse, row_cos, standardize
+from ..project import Project
+from ..schedule import lr_at
+from ..shards import Shard, load_stats, valid_shards
+from ..stream import Batch, ShardStream, StreamPosition, val_batches
+from .base import never, stage_main
+
+__all__ = ["run", "Trainer", "CHECKPOINT_FORMAT"]
+
+CHECKPOINT_FORMAT = 1
+
+
+class Trainer:
+    def __init__(self, project: Project, report: Report):
+        from ..devices import pick_device
+        self.project, self.report = project, report
+        self.pack = project.pack
+        t = self.t = project.settings.train
+        self.device = pick_device(t.device)
+        self.ckpt = project.checkpoints_dir
+        train_files, self.val_files = valid_shards(project, "train"), valid_shards(project, "val")
+        if not train_files or not self.val_files:
+            raise TrainerError("The train stage needs the precomputed train and val shards; run precompute first.")
+        in_dim = int(Shard(train_files[0]).meta["in_dim"])
+        self.config: AdapterConfig = self.pack.adapter_config(project, in_dim)
+        mu, sigma, floored = load_stats(project, t.sigma_floor)
+        self.mu, self.sigma = mu.to(self.device), sigma.to(self.device)
+        torch.manual_seed(t.seed)
+        self.model = build_adapter(self.config).to(self.device)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=t.lr, betas=(0.9, 0.95), weight_decay=t.weight_decay)
+        self.step, self.planned = 0, t.steps
+        self.best_val_cos, self.val, self.val_step = -1.0, None, None
+        self.stream = ShardStream(train_files, t.batch_size, t.seed)
+        self.amp = self.device.type == "cuda"
+        self._settings_mtime = project.project_json.stat().st_mtime_ns
+        report("log", level="info", message=(
+            f"adapter {self.config.kind}: width {self.config.width}, depth {self.config.depth}, "
+            f"{count_parameters(self.model) / 1e6:.1f}M parameters, in {in_dim} → out {self.config.out_dim}; "
+            f"{len(train_files)} train / {len(self.val_files)} val shards; device {self.device}; "
+            f"σ floored at {t.sigma_floor} on {floored} of {sigma.numel()} dims"))
+
+    # ------------------------------------------------------------ checkpoints
+    def resume(self) -> bool:
+        path = self.ckpt / "last.pt"
+        if not path.is_file():
+            return False
+        ck = torch.load(path, map_location=self.device, weights_only=False)
+        saved = AdapterConfig.from_dict(ck["config"])
+        if saved != self.config:
+            diff = ", ".join(f"{k} {getattr(saved, k)} → {getattr(self.config, k)}" for k in saved.to_dict()
+                             if getattr(saved, k) != getattr(self.config, k))
+            raise TrainerError(f"checkpoints/last.pt was trained with another adapter ({diff}); reset training "
+                               f"(delete checkpoints/) or restore the settings it was trained with.")
+        self.model.load_state_dict(ck["model"])
+        self.optimizer.load_state_dict(ck["optimizer"])
+        self.step, self.best_val_cos = ck["step"], ck["best_val_cos"]
+        self.val, self.val_step = ck.get("val"), ck.get("val_step")
+        self.stream.position = StreamPosition(**ck["stream"])
+        torch.set_rng_state(ck["rng"]["cpu"])
+        if torch.cuda.is_available() and ck["rng"].get("cuda"):
+            torch.cuda.set_rng_state_all(ck["rng"]["cuda"])
+        if ck["train_config"]["steps"] != self.planned:
+            self._log(f"planned steps changed since the checkpoint: {ck['train_config']['steps']} -> {self.planned}")
+        self._truncate_metrics(self.step)
+        self._log(f"resumed from last.pt at step {self.step} (best val cos {self.best_val_cos:.4f})")
+        return True
+
+    def save(self, name: str) -> None:
+        ck = {"format": CHECKPOINT_FORMAT, "config": self.config.to_dict(), "model": self.model.state_dict(),
+              "optimizer": self.optimizer.state_dict(), "step": self.step,
+              "train_config": {**self.t.__dict__, "steps": self.planned}, "best_val_cos": self.best_val_cos,
+              "val": self.val if self.val_step == self.step else None, "val_step": self.val_step,
+              "stream": self.stream.position.to_dict(),
+              "rng": {"cpu": torch.get_rng_state(),
+                      "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+              "mu": self.mu.cpu(), "sigma": self.sigma.cpu(), "standardized": self.config.standardized,
+              "pack": self.pack.id, "time": time.time()}
+        with atomic_path(self.ckpt / f"{name}.pt") as tmp:
+            torch.save(ck, tmp)
+        atomic_write_json(self.ckpt / f"{name}.json", {
+            "step": self.step, "steps": self.planned, "best_val_cos": self.best_val_cos,
+            "val_cos": self.val["val_cos"] if self.val and self.val_step == self.step else None,
+            "val": self.val if self.val_step == self.step else None, "val_step": self.val_step,
+            "time": ck["time"]})
+        self.report("artifact", path=str(self.ckpt / f"{name}.pt"), kind=f"checkpoint_{name}", step=self.step)
+
+    def keep_step(self, forced: bool) -> None:
+        """Kept steps (train.history): weights-only copies inside [history_from, history_to]."""
+        t, n = self.t, self.step
+        if not t.history or n < t.history_from or (t.history_to and n > t.history_to):
+            return
+        every = t.history_every or t.val_every
+        if not forced and n % every:
+            return
+        from ..gguf_io import gguf_dtype
+        state = {k: (v.half() if gguf_dtype(k, v.ndim) == "f16" and not k.startswith("out_proj") else v.float())
+                 for k, v in self.model.state_dict().items()}
+        folder = self.ckpt / "history"
+        with atomic_path(folder / f"step{n}.pt") as tmp:
+            torch.save({"config": self.config.to_dict(), "model": state, "step": n, "steps": self.planned,
+                        "best_val_cos": self.best_val_cos, "mu": self.mu.cpu(), "sigma": self.sigma.cpu(),
+                        "standardized": self.config.standardized, "pack": self.pack.id}, tmp)
+        atomic_write_json(folder / f"step{n}.json", {"step": n, "steps": self.planned,
+                                                       "val_cos": self.val["val_cos"] if self.val_step == n else None,
+                                                       "best_val_cos": self.best_val_cos, "time": time.time()})
+        kept = sorted(folder.glob("step*.pt"), key=lambda p: int(p.stem[4:]))
+        for old in kept[:-t.history_keep] if t.history_keep else []:
+            old.unlink()
+            old.with_suffix(".json").unlink(missing_ok=True)
+        self._log(f"kept step {n} -> history/step{n}.pt")
+
+    # ------------------------------------------------------------ math
+    def forward(self, batch: Batch) -> torch.Tensor:
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
+            return self.model(batch.h, batch.mask, **({"seed_ids": batch.seed_ids} if batch.seed_ids is not None else {}))
+
+    def losses(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        pred = self.forward(batch).float()
+        if self.config.standardized:   # the resampler learns (t − μ)/σ_f over all rows
+            target = standardize(batch.target, self.mu, self.sigma)
+            loss, parts = distill_loss(pred, target, torch.ones_like(self.sigma), None, self.t.cos_weight)
+            raw = pred * self.sigma + self.mu
+            parts["rel_mse"] = rel_mse(raw.detach(), batch.target)
+        else:                           # raw targets, MSE whitened by 1/σ_f, masked to the rows supervised
+            loss, parts = distill_loss(pred, batch.target, self.sigma, batch.tmask, self.t.cos_weight)
+            parts["rel_mse"] = rel_mse(pred.detach(), batch.target, batch.tmask)
+        return loss, parts
+
+    def train_step(self, batch: Batch) -> dict[str, float]:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(self.step, self.t.lr, self.t.warmup, self.planned)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        chunks = self._chunks(batch)
+        total_rows = int(batch.tmask.sum())
+        stats = {"loss": 0.0, "cos": 0.0, "rel_mse": 0.0}
+        for chunk in chunks:
+            share = int(chunk.tmask.sum()) / max(total_rows, 1) if len(chunks) > 1 else 1.0
+            loss, parts = self.losses(chunk)
+            (loss * share).backward()
+            stats["loss"] += float(loss.detach()) * share
+            stats["cos"] += float(parts["cos"]) * share
+            stats["rel_mse"] += float(parts["rel_mse"]) * share
+        if self.t.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.t.grad_clip)
+        self.optimizer.step()
+        self.step += 1
+        stats["lr"] = self.optimizer.param_groups[0]["lr"]
+        return stats
+
+    def _chunks(self, batch: Batch) -> list[Batch]:
+        """Micro-batches of rows × tokens ≤ train.batch_tokens (0 = the whole batch)."""
+        budget = self.t.batch_tokens
+        per_row = batch.h.shape[1] + batch.target.shape[1]
+        if budget <= 0 or batch.size * per_row <= budget:
+            return [batch]
+        n = max(1, budget // per_row)
+        cut = lambda t, a: None if t is None else t[a:a + n]  # noqa: E731
+        return [Batch(*(cut(x, a) for x in (batch.h, batch.mask, batch.target, batch.tmask, batch.seed_ids,
+                                             batch.seed_len))) for a in range(0, batch.size, n)]
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Means of per-batch val_cos and val_rel_mse over every val shard (one batch in memory)."""
+        self.model.eval()
+        cos, rel, n = 0.0, 0.0, 0
+        for batch in val_batches(self.val_files, self.t.batch_size):
+            batch = batch.to(self.device)
+            pred = self.forward(batch).float()
+            if self.config.standardized:
+                target = standardize(batch.target, self.mu, self.sigma)
+                cos += float(row_cos(pred, target).mean())
+                rel += float(rel_mse(pred * self.sigma + self.mu, batch.target))
+            else:
+                cos += float(row_cos(pred, batch.target)[batch.tmask].mean())
+                rel += float(rel_mse(pred, batch.target, batch.tmask))
+            n += 1
+        self.val = {"val_cos": cos / n, "val_rel_mse": rel / n}
+        self.val_step = self.step
+        improved = self.val["val_cos"] > self.best_val_cos
+        if improved:
+            self.best_val_cos = self.val["val_cos"]
+        self.report("metric", step=self.step, steps=self.planned, best_val_cos=self.best_val_cos, **self.val)
+        self._log(f"val @ {self.step}: rel_mse {self.val['val_rel_mse']:.5f} cos {self.val['val_cos']:.5f} "
+                  f"(best {self.best_val_cos:.5f})")
+        if improved:
+            self.save("best")
+        return self.val
+
+    # ------------------------------------------------------------ the loop
+    def train(self, should_stop: Callable[[], bool]) -> str:
+        self.ckpt.mkdir(parents=True, exist_ok=True)
+        self.project.snapshot_file.unlink(missing_ok=True)
+        resumed = self.resume()
+        if self.step >= self.planned:
+            self._log(f"training already complete at step {self.step} (train.steps = {self.planned}); "
+                      f"raise train.steps to continue")
+            return "done"
+        self.report("status", status="running", resumed_at=self.step if resumed else 0, steps=self.planned)
+        t, window_start, window_samples, session = self.t, time.monotonic(), 0, (time.monotonic(), self.step)
+        acc = {"loss": 0.0, "cos": 0.0, "rel_mse": 0.0}
+        while self.step < self.planned:
+            if should_stop():
+                return self._stop()
+            batch = self.stream.next().to(self.device)
+            stats = self.train_step(batch)
+            window_samples += batch.size
+            for k in acc:
+                acc[k] += stats[k]
+            if self.project.snapshot_file.exists():
+                self._snapshot()
+            if self.step % t.log_every == 0:
+                now = time.monotonic()
+                rate = window_samples / max(now - window_start, 1e-9)
+                steps_per_s = (self.step - session[1]) / max(now - session[0], 1e-9)
+                point = {"step": self.step, "steps": self.planned, **{k: v / t.log_every for k, v in acc.items()},
+                         "lr": stats["lr"], "samples_per_s": round(rate, 2),
+                         "eta_s": round((self.planned - self.step) / max(steps_per_s, 1e-9), 1)}
+                self._record(point)
+                acc = {k: 0.0 for k in acc}
+                window_start, window_samples = now, 0
+                self._reread_steps()
+            final = self.step >= self.planned
+            if self.step % t.val_every == 0 or final:
+                self.report("progress", count=self.step, total=self.planned, unit="steps",
+                            detail=f"validating at step {self.step}")
+                self.validate()
+            if self.step % t.save_every == 0 or final:
+                self.save("last")
+            self.keep_step(forced=final)
+            if should_stop():
+                return self._stop()
+        if not (self.ckpt / "best.pt").exists():
+            self.save("best")
+        self.project.snapshot_file.unlink(missing_ok=True)
+        self._log(f"done at step {self.step}, best val cos {self.best_val_cos:.5f}")
+        return "done"
+
+    def _stop(self) -> str:
+        if self.val_step != self.step:
+            self.validate()
+        self.save("last")
+        self.keep_step(forced=True)
+        if not (self.ckpt / "best.pt").exists():
+            self.save("best")
+        self._log(f"stop requested: saved last.pt at step {self.step}")
+        return "stopped"
+
+    def _snapshot(self) -> None:
+        self.validate()
+        self.save("last")
+        self.keep_step(forced=True)
+        self.project.snapshot_file.unlink(missing_ok=True)
+        self._log(f"snapshot request: validated and saved last.pt at step {self.step} "
+                  f"(val cos {self.val['val_cos']:.5f}); training continues")
+
+    def _reread_steps(self) -> None:
+        """Pick up a changed train.steps (only that) when project.json was saved since."""
+        try:
+            mtime = self.project.project_json.stat().st_mtime_ns
+            if mtime == self._settings_mtime:
+                return
+            self._settings_mtime = mtime
+            steps = settings_from_dict(json.loads(self.project.project_json.read_text("utf-8"))).train.steps
+        except Exception as e:  # an edit in progress or an invalid value: keep the count in force
+            self._log(f"project.json changed but could not be read ({type(e).__name__}); keeping "
+                      f"train.steps = {self.planned}")
+            return
+        if steps == self.planned:
+            return
+        how = "finishing now" if steps <= self.step else "the lr schedule follows the new count"
+        self._log(f"planned steps changed: {self.planned} -> {steps} (project settings edited at step "
+                  f"{self.step}); {how}")
+        self.planned = steps
+        if steps <= self.step:
+            self.planned = self.step
+        self.report("status", status="running", steps=self.planned)
+
+    # ------------------------------------------------------------ records
+    def _record(self, point: dict[str, Any]) -> None:
+        point = {k: (round(v, 6) if isinstance(v, float) and k != "lr" else v) for k, v in point.items()}
+        self.report("metric", **point)
+        self.report("progress", count=self.step, total=self.planned, unit="steps", eta_s=point["eta_s"],
+                    rate=point["samples_per_s"])
+        self._log(f"step {self.step}/{self.planned} loss {point['loss']:.5f} rel_mse {point['rel_mse']:.5f} "
+                  f"cos {point['cos']:.5f} lr {point['lr']:.3e} {point['samples_per_s']:.1f} p/s")
+        with open(self.ckpt / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({**point, "time": time.time()}) + "\n")
+
+    def _truncate_metrics(self, step: int) -> None:
+        """After a resume the series continues from `step`: points logged past the checkpoint
+        (before a hard kill) are dropped, so the series never repeats or skips a step."""
+        path = self.ckpt / "metrics.jsonl"
+        if not path.is_file():
+            return
+        kept = [line for line in path.read_text("utf-8").splitlines()
+                if line.strip() and _step_of(line) is not None and _step_of(line) <= step]
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+    def _log(self, message: str) -> None:
+        self.report("log", level="info", message=message)
+
+
+def _step_of(line: str) -> int | None:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def run(project: Project, report: Report, should_stop: Callable[[], bool] = never) -> str:
+    return Trainer(project, report).train(should_stop)
+
+
+def metric_series(project: Project) -> list[dict[str, Any]]:
+    """The training metrics of the project, one point per log interval, no repeats."""
+    path = project.checkpoints_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+if __name__ == "__main__":
+    sys.exit(stage_main("train", run))
