@@ -7,6 +7,9 @@
     gguf-trainer kill   --project DIR
     gguf-trainer status --project DIR [--json]
     gguf-trainer set    --project DIR [--steps N] [--set KEY=VALUE ...]
+    gguf-trainer snapshot --project DIR [--checkpoint last|best|step<N>] [--eval] [--no-fresh]
+                        [--device D] [--timeout S] [--detach]
+    gguf-trainer reset  --project DIR state|train|shards|corpus|output
     gguf-trainer packs
     gguf-trainer demo   [--project DIR] [--pack ID]   # a project on tiny offline models
     gguf-trainer inspect FILE.gguf [--json]
@@ -31,12 +34,14 @@ from .packs import PACKS
 from .pipeline import check_only, run_pipeline
 from .project import Project, last_project
 from .runner import request_stop, kill_pipeline, runtime_status, start_pipeline
+from .snapshot import job_status, read_manifest
 from .stages import STAGES, stage_done
+from .stages.export import ggk_command
 
 __all__ = ["main", "build_parser"]
 
 SUBCOMMANDS = ("serve", "new", "run", "start", "stop", "kill", "status", "set", "packs", "inspect", "infer",
-               "demo")
+               "demo", "snapshot", "reset")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +88,19 @@ def build_parser() -> argparse.ArgumentParser:
                       help="any setting, e.g. train.lr=1e-4 or corpus.extra_files=a.txt,b.jsonl")
 
     sub.add_parser("packs", help="list the trainer packs")
+
+    snap = sub.add_parser("snapshot", help="export a step-tagged GGUF now (also while training runs)")
+    snap.add_argument("--project", required=True, metavar="DIR")
+    snap.add_argument("--checkpoint", default="last", help="last (default), best or step<N> (a kept step)")
+    snap.add_argument("--eval", action="store_true", help="also evaluate the GGUF on the val shards")
+    snap.add_argument("--no-fresh", action="store_true", help="take the checkpoint on disk; do not ask the trainer")
+    snap.add_argument("--device", help="evaluation device (default: the CPU while training runs)")
+    snap.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the trainer's save")
+    snap.add_argument("--detach", action="store_true", help="run as a detached job (.snapshot.status)")
+
+    rst = sub.add_parser("reset", help="delete a stage's results and everything after them")
+    rst.add_argument("--project", required=True, metavar="DIR")
+    rst.add_argument("what", choices=("state", "train", "shards", "corpus", "output"))
 
     demo = sub.add_parser("demo", help="create a project on tiny offline models (try the whole pipeline now)")
     demo.add_argument("--project", metavar="DIR", help="default: ./gguf-trainer-demo/<pack folder>")
@@ -253,7 +271,9 @@ def status_report(project: Project) -> dict[str, Any]:
             "status": info["status"], "pid": info["pid"], "stage_pid": info["stage_pid"],
             "run": state.get("run"), "stage": state.get("stage"), "error": state.get("error"),
             "planned_steps": project.settings.train.steps, "stages": stages,
-            "checkpoints": {"last": last, "best": best}, "export": str(project.gguf_path())}
+            "checkpoints": {"last": last, "best": best}, "export": str(project.gguf_path()),
+            "ggk_command": ggk_command(project) if project.gguf_path().is_file() else None,
+            "snapshots": read_manifest(project), "snapshot_job": job_status(project)}
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -276,6 +296,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         sidecar = report["checkpoints"][which]
         if isinstance(sidecar, dict):
             print(f"  checkpoint {which}: step {sidecar.get('step')} (val cos {sidecar.get('val_cos')})")
+    for entry in report["snapshots"]:
+        ev = entry.get("eval") or {}
+        key = next((k for k in ("cos_centered", "cos_slice", "cos") if k in ev), None)
+        shown = f"  eval {key} {ev[key]:.5f}" if key else ""
+        print(f"  snapshot step {entry['step']}/{entry['planned_steps']}  {entry['checkpoint']}  "
+              f"val cos {entry['val_cos']}{shown}  {entry['path']}")
+    job = report["snapshot_job"]
+    if job.get("status") in ("running", "failed"):
+        print(f"  snapshot job: {job['status']} — {job.get('phase') if job['status'] == 'running' else job.get('error')}")
+    if report["ggk_command"]:
+        print(f"  use it: {report['ggk_command']}")
     if report["error"] and report["status"] == "failed":
         print(f"  last error: {report['error']} (see {project.pipeline_log})")
     return 0
@@ -332,6 +363,41 @@ def cmd_demo(args: argparse.Namespace) -> int:
     project = build_demo(root, args.pack)
     print(f"demo project ready: {project.root}\n"
           f"run it:  gguf-trainer run --project {project.root}")
+    return 0
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    import sys as _sys
+
+    from .runner import child_env, launch_detached
+    from .snapshot import LOG_FILE, PID_FILE, take_snapshot
+    project = Project.open(args.project)
+    if args.detach:
+        argv = [_sys.executable, "-m", "trainer_core.snapshot", "--project", str(project.root),
+                "--checkpoint", args.checkpoint, "--timeout", str(args.timeout)]
+        argv += (["--eval"] if args.eval else []) + (["--no-fresh"] if args.no_fresh else [])
+        argv += ["--device", args.device] if args.device else []
+        pid = launch_detached(argv, cwd=project.root, log_path=project.root / LOG_FILE,
+                              pid_path=project.root / PID_FILE, env=child_env())
+        print(f"snapshot job launched (pid {pid}), logging to {project.root / LOG_FILE}")
+        return 0
+    entry = take_snapshot(project, args.checkpoint, not args.no_fresh, args.eval, args.device, args.timeout,
+                          say=lambda m: print(m, flush=True))
+    val = f", val cos {entry['val_cos']:.5f}" if entry["val_cos"] is not None else ""
+    print(f"{entry['path']}  (step {entry['step']}/{entry['planned_steps']}, {entry['checkpoint']}{val})")
+    if entry["eval"]:
+        print("  eval: " + ", ".join(f"{k} {v:.5f}" if isinstance(v, float) else f"{k} {v}"
+                                     for k, v in entry["eval"].items()))
+    return 0
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    from .resets import reset
+    project = Project.open(args.project)
+    removed = reset(project, args.what)
+    for path in removed:
+        print(f"removed {path}")
+    print(f"reset {args.what}: {len(removed)} item(s) removed")
     return 0
 
 
@@ -417,7 +483,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 COMMANDS = {"serve": cmd_serve, "new": cmd_new, "run": cmd_run, "start": cmd_start, "stop": cmd_stop,
             "kill": cmd_kill, "status": cmd_status, "set": cmd_set, "packs": cmd_packs,
-            "inspect": cmd_inspect, "infer": cmd_infer, "demo": cmd_demo}
+            "inspect": cmd_inspect, "infer": cmd_infer, "demo": cmd_demo, "snapshot": cmd_snapshot,
+            "reset": cmd_reset}
 
 
 if __name__ == "__main__":

@@ -221,3 +221,18 @@ def test_kept_steps_on_a_schedule_with_a_keep_limit(demo):
     assert kept == ["step120.pt", "step80.pt"]
     ck = torch.load(demo.checkpoints_dir / "history" / "step120.pt", weights_only=False)
     assert "optimizer" not in ck and ck["model"]["blocks.0.self_attn.q.weight"].dtype == torch.float16
+
+
+def test_token_budget_micro_batches_give_the_same_step(demo):
+    """Chunks weighted by their share of supervised rows reproduce the whole batch's gradient."""
+    from trainer_core.shards import shard_files
+    from trainer_core.stream import ShardStream
+    whole = train.Trainer(demo, ListReport())
+    demo.update_settings(["train.batch_tokens=300"])
+    chunked = train.Trainer(Project.open(demo.root), ListReport())
+    batch = ShardStream(shard_files(demo, "train"), 16, 42).next()
+    assert len(chunked._chunks(batch)) > 2 and len(whole._chunks(batch)) == 1
+    a, b = whole.train_step(batch), chunked.train_step(batch)
+    assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    for (name, p), q in zip(whole.model.named_parameters(), chunked.model.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5, msg=name)

@@ -30,8 +30,8 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("precompute_val", "Precompute (val)", "trainer_core.stages.precompute", ("--split", "val")),
     StageSpec("precompute_train", "Precompute (train)", "trainer_core.stages.precompute", ("--split", "train")),
     StageSpec("train", "Train adapter", "trainer_core.stages.train"),
-    StageSpec("export", "Export GGUF", None, forceable=True),
-    StageSpec("eval", "Evaluate", None, forceable=True),
+    StageSpec("export", "Export GGUF", "trainer_core.stages.export", forceable=True),
+    StageSpec("eval", "Evaluate", "trainer_core.stages.evaluate", forceable=True),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)
 

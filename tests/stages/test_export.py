@@ -1,0 +1,222 @@
+"""Export, evaluation, snapshots and resets on a demo project trained end to end."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import REPO
+from trainer_core.errors import AlreadyRunningError
+from trainer_core.events import EventTailer
+from trainer_core.gguf_io import read_gguf_kvs
+from trainer_core.locks import FileLock
+from trainer_core.project import Project
+from trainer_core.resets import reset
+from trainer_core.runner import wait_gone
+
+STEPS = 200
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """`gguf-trainer demo` + `gguf-trainer run`: the whole pipeline, once."""
+    from conftest import cli
+    root = tmp_path_factory.mktemp("out") / "t5_adapter"
+    assert cli("demo", "--project", str(root)).returncode == 0
+    r = cli("run", "--project", str(root), timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return root
+
+
+@pytest.fixture
+def project(trained, tmp_path):
+    """A copy of the trained project in its own output folder."""
+    root = tmp_path / "t5_adapter"
+    shutil.copytree(trained, root)
+    shutil.copy2(trained.parent / "pig_t5_adapter-f16.gguf", tmp_path / "pig_t5_adapter-f16.gguf")
+    return Project.open(root)
+
+
+def wait_exit(pid: int, timeout: float = 300) -> None:
+    try:
+        assert wait_gone([psutil.Process(pid)], timeout)
+    except psutil.NoSuchProcess:
+        pass
+
+
+def test_the_whole_pipeline_on_the_demo(trained, run_cli):
+    gguf = trained.parent / "pig_t5_adapter-f16.gguf"           # next to the project folder
+    assert gguf.is_file()
+    r = run_cli("inspect", str(gguf))
+    assert r.returncode == 0 and "layout: OK" in r.stdout and "variant: seeded_resampler" in r.stdout
+    ev = json.loads((trained / "eval.json").read_text())
+    for key in ("cos", "cos_rms", "rel_mse", "worst_row_cos", "cos_eos", "roundtrip_cos", "val_samples"):
+        assert key in ev, key
+    assert ev["roundtrip_cos"] >= 0.999 and ev["val_samples"] == 40
+    assert ev["trained_steps"] == json.loads((trained / "checkpoints" / "best.json").read_text())["step"]
+    assert ev["provenance"]["adapter.snapshot"] is False and ev["provenance"]["adapter.checkpoint"] == "best"
+    status = run_cli("status", "--project", str(trained))
+    assert "use it: ggk diffuser engine" in status.stdout and str(gguf) in status.stdout
+
+    before = {p: p.stat().st_mtime_ns for p in (gguf, trained / "eval.json", trained / "checkpoints" / "last.pt")}
+    again = run_cli("run", "--project", str(trained))
+    assert again.returncode == 0
+    assert again.stdout.count("already done, skipping") == 6
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+
+
+def test_a_deleted_gguf_is_regenerated_byte_identical(project, run_cli):
+    gguf = project.gguf_path()
+    original = gguf.read_bytes()
+    eval_before = project.eval_json.stat().st_mtime_ns
+    gguf.unlink()
+    r = run_cli("start", "--project", str(project.root), "--only", "export", "eval", "--force")
+    assert r.returncode == 0, r.stderr
+    wait_exit(int(re.search(r"pid (\d+)", r.stdout).group(1)))
+    assert gguf.read_bytes() == original
+    assert project.eval_json.stat().st_mtime_ns > eval_before
+    statuses = [(e["stage"], e["payload"].get("forced")) for e in EventTailer(project.events_jsonl).read()
+                if e["type"] == "status" and e["payload"]["status"] == "running" and e["stage"]]
+    assert statuses[-2:] == [("export", True), ("eval", True)]
+
+
+def test_extending_a_run_reexports_only_when_best_improves(project, run_cli):
+    gguf = project.gguf_path()
+    first = gguf.read_bytes()
+    # an absurd lr for the extension: validation only gets worse, best.pt stays, no re-export
+    r = run_cli("run", "--project", str(project.root), "--steps", "230", "--only", "train", "export", "eval")
+    assert r.returncode == 0
+    project.update_settings(["train.lr=0.5", "train.steps=260"])
+    r = run_cli("run", "--project", str(project.root), "--only", "train", "export", "eval")
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert "[export] already done, skipping" in r.stdout
+    kept = gguf.read_bytes()
+    # a sane lr: the extension improves validation, best.pt is rewritten, the GGUF follows
+    project.update_settings(["train.lr=0.0002", "train.steps=400"])
+    r = run_cli("run", "--project", str(project.root), "--only", "train", "export", "eval")
+    assert r.returncode == 0
+    best = json.loads((project.checkpoints_dir / "best.json").read_text())
+    if best["step"] > 260:
+        assert "[export] starting" in r.stdout and gguf.read_bytes() != kept
+        assert read_gguf_kvs(gguf)["adapter.trained_steps"] == best["step"]
+        assert read_gguf_kvs(gguf)["adapter.planned_steps"] == 400
+    else:  # validation did not recover within the extension: then nothing may be re-exported
+        assert "[export] already done, skipping" in r.stdout
+    assert first != b""
+
+
+def test_snapshot_while_training_runs(project, run_cli):
+    reset(project, "train")
+    project.update_settings(["train.steps=600"])
+    r = run_cli("start", "--project", str(project.root), "--only", "train")
+    pid = int(re.search(r"pid (\d+)", r.stdout).group(1))
+    tail = EventTailer(project.events_jsonl)
+    while not any(e["type"] == "metric" and e["payload"].get("step", 0) >= 20 for e in tail.read()):
+        assert psutil.pid_exists(pid), "the run ended before it was snapshotted"
+    r = run_cli("snapshot", "--project", str(project.root), timeout=300)
+    assert r.returncode == 0, r.stderr
+    (entry,) = json.loads(project.snapshots_json.read_text())["snapshots"]
+    assert entry["while_training"] is True and entry["checkpoint"] == "last" and entry["val_cos"] is not None
+    assert entry["planned_steps"] == 600 and 20 <= entry["step"] < 600
+    path = Path(entry["path"])
+    assert path.name == f"pig_t5_adapter-step{entry['step']}-f16.gguf" and path.parent == project.output_dir()
+    kvs = read_gguf_kvs(path)
+    assert kvs["adapter.snapshot"] is True and kvs["adapter.trained_steps"] == entry["step"]
+    assert kvs["adapter.planned_steps"] == 600 and kvs["adapter.checkpoint"] == "last"
+    wait_exit(pid)
+    assert json.loads((project.checkpoints_dir / "last.json").read_text())["step"] == 600   # training went on
+    assert not project.snapshot_file.exists()
+
+
+def test_snapshots_on_disk_best_no_fresh_and_eval(project, run_cli):
+    r = run_cli("snapshot", "--project", str(project.root), "--checkpoint", "best", "--eval")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("snapshot", "--project", str(project.root), "--no-fresh")
+    assert r.returncode == 0, r.stderr
+    entries = json.loads(project.snapshots_json.read_text())["snapshots"]
+    by_id = {e["id"]: e for e in entries}
+    best_step = json.loads((project.checkpoints_dir / "best.json").read_text())["step"]
+    assert f"step{best_step}-best" in by_id and f"step{STEPS}-last" in by_id
+    assert by_id[f"step{best_step}-best"]["eval"]["roundtrip_cos"] >= 0.999
+    assert all(e["while_training"] is False for e in entries)
+    final = project.gguf_path()
+    assert final.is_file() and all(Path(e["path"]) != final for e in entries)   # never the final file
+    assert not project.snapshot_file.exists()
+    r = run_cli("snapshot", "--project", str(project.root), "--checkpoint", "step50")
+    assert r.returncode == 1 and "There is no kept step step50" in r.stderr
+    status = run_cli("status", "--project", str(project.root)).stdout
+    assert f"snapshot step {best_step}/{STEPS}  best" in status
+
+
+def test_snapshot_after_a_stop_and_as_a_detached_job(project, run_cli):
+    r = run_cli("snapshot", "--project", str(project.root), "--detach")
+    assert r.returncode == 0 and "snapshot job launched" in r.stdout
+    wait_exit(int(re.search(r"pid (\d+)", r.stdout).group(1)))
+    status = json.loads((project.root / ".snapshot.status").read_text())
+    assert status["status"] == "done" and status["step"] == STEPS
+    assert Path(status["path"]).is_file()
+
+
+def _listing(project: Project) -> set[str]:
+    out = project.output_dir()
+    return {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("what, gone", [
+    ("state", set()),
+    ("train", {"checkpoints/", "eval.json", "snapshots.json"}),
+    ("shards", {"shards/", "checkpoints/", "eval.json", "snapshots.json"}),
+    ("corpus", {"data/", "shards/", "checkpoints/", "eval.json", "snapshots.json"}),
+    ("output", {"../pig_t5_adapter-f16.gguf", "../pig_t5_adapter-step200-f16.gguf"}),
+])
+def test_each_reset_deletes_exactly_what_it_names(what, gone, project, run_cli):
+    assert run_cli("snapshot", "--project", str(project.root), "--no-fresh").returncode == 0
+    other = project.output_dir() / "someone_else-f16.gguf"
+    other.write_bytes(b"another project's export")
+    before = _listing(project)
+    r = run_cli("reset", "--project", str(project.root), what)
+    assert r.returncode == 0, r.stderr
+    after = _listing(project)
+    prefix = project.root.name + "/"
+
+    def named(path: str) -> bool:
+        for g in gone:
+            full = prefix + g if not g.startswith("../") else g[3:]
+            if (g.endswith("/") and path.startswith(full)) or path == full:
+                return True
+        return False
+    removed = before - after
+    assert removed == {p for p in before if named(p)} - {prefix + "state.json"}
+    assert other.is_file() and (project.root / "materials" / "pig_clip-demo-f16.gguf").is_file()
+    state = json.loads((project.root / "state.json").read_text())
+    if what == "state":
+        assert state["stages"] == {} and state["status"] == "idle"
+
+
+def test_resets_are_refused_while_running(project, run_cli):
+    lock = FileLock(project.run_lock)
+    assert lock.acquire()
+    try:
+        r = run_cli("reset", "--project", str(project.root), "train")
+        assert r.returncode == 3 and "stop it before resetting" in r.stderr
+        assert project.checkpoints_dir.is_dir()
+    finally:
+        lock.release()
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "trainer_core.snapshot"])
+    try:
+        from trainer_core.runner import write_pid_file
+        write_pid_file(project.root / ".snapshot.pid", job.pid)
+        (project.root / ".snapshot.status").write_text(json.dumps({"status": "running", "phase": "exporting"}))
+        with pytest.raises(AlreadyRunningError, match="snapshot job is running"):
+            reset(project, "output")
+        assert project.gguf_path().is_file()
+    finally:
+        job.kill()
+        job.wait()

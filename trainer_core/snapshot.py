@@ -1,0 +1,158 @@
+"""Snapshots: a usable, step-tagged GGUF at any step, recorded in <project>/snapshots.json.
+
+    python -m trainer_core.snapshot --project DIR [--checkpoint last|best|step<N>] [--eval]
+                                    [--no-fresh] [--device D] [--timeout S]
+
+While the train stage runs, a fresh snapshot drops a SNAPSHOT file and waits (bounded) for
+the trainer to validate and save last.pt at its current step — training is not interrupted.
+Otherwise the checkpoint on disk is exported as it is. The file is
+<output_dir>/<name>-step<N>-f16.gguf beside the final export, never copied to export.copy_to.
+As a detached job (GUI, `gguf-trainer snapshot --detach`) it keeps .snapshot.status,
+.snapshot.pid and snapshot.log in the project.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from .atomic import atomic_write_json, read_json
+from .errors import TrainerError
+from .export import checkpoint_path, export_checkpoint, load_checkpoint
+from .locks import FileLock
+from .project import Project
+from .runner import pid_alive, read_pid_file, runtime_status
+
+__all__ = ["take_snapshot", "read_manifest", "job_status", "main", "STATUS_FILE", "PID_FILE", "LOG_FILE"]
+
+STATUS_FILE, PID_FILE, LOG_FILE = ".snapshot.status", ".snapshot.pid", "snapshot.log"
+
+
+def read_manifest(project: Project) -> list[dict[str, Any]]:
+    data = read_json(project.snapshots_json, {})
+    return list(data.get("snapshots", [])) if isinstance(data, dict) else []
+
+
+def _record(project: Project, entry: dict[str, Any]) -> None:
+    with FileLock(project.root / ".snapshots.lock"):
+        entries = [e for e in read_manifest(project) if e.get("path") != entry["path"]] + [entry]
+        entries.sort(key=lambda e: (e.get("step", 0), e.get("time", 0)))
+        atomic_write_json(project.snapshots_json, {"snapshots": entries})
+
+
+def _training_now(project: Project) -> bool:
+    return runtime_status(project)["status"] == "running" and project.read_state().get("stage") == "train"
+
+
+def _wait_for_trainer(project: Project, timeout: float, say: Callable[[str], None]) -> None:
+    project.snapshot_file.write_text("snapshot\n")
+    say("waiting for the trainer to validate and save the current step")
+    deadline = time.monotonic() + timeout
+    while project.snapshot_file.exists():
+        if runtime_status(project)["status"] != "running":
+            project.snapshot_file.unlink(missing_ok=True)
+            say("the pipeline stopped meanwhile; exporting the checkpoint on disk")
+            return
+        if time.monotonic() > deadline:
+            project.snapshot_file.unlink(missing_ok=True)
+            raise TrainerError(f"The trainer did not save within {timeout:.0f} s; try again, or take the "
+                               f"checkpoint on disk with --no-fresh.")
+        time.sleep(0.5)
+
+
+def take_snapshot(project: Project, checkpoint: str = "last", fresh: bool = True, evaluate: bool = False,
+                  device: str | None = None, timeout: float = 1800.0,
+                  say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Export the checkpoint as a step-tagged GGUF, record it, optionally evaluate it."""
+    while_training = _training_now(project)
+    if fresh and while_training and checkpoint in ("last", "best"):
+        _wait_for_trainer(project, timeout, say)
+    path = checkpoint_path(project, checkpoint)
+    if not path.is_file():
+        kept = sorted(p.stem for p in (project.checkpoints_dir / "history").glob("step*.pt"))
+        if checkpoint.startswith("step"):
+            raise TrainerError(f"There is no kept step {checkpoint}; kept steps: {', '.join(kept) or 'none'}.")
+        if checkpoint == "last" and (project.checkpoints_dir / "best.pt").is_file():
+            raise TrainerError("checkpoints/last.pt is missing but best.pt exists; use --checkpoint best.")
+        raise TrainerError("There is no checkpoint yet: the train stage has not saved anything to snapshot.")
+    ck = load_checkpoint(path)
+    step = int(ck["step"])
+    out = project.gguf_path(step=step)
+    say(f"exporting {path.name} (step {step}) to {out}")
+    export_checkpoint(project, ck, out, checkpoint, snapshot=True)
+    sidecar = read_json(path.with_suffix(".json"), {}) or {}
+    entry = {"id": f"step{step}-{checkpoint}", "step": step,
+             "planned_steps": int((ck.get("train_config") or {}).get("steps", step)), "checkpoint": checkpoint,
+             "val_cos": sidecar.get("val_cos"), "best_val_cos": ck.get("best_val_cos"), "path": str(out),
+             "name": out.name, "size": out.stat().st_size, "time": time.time(), "while_training": while_training,
+             "eval": None}
+    _record(project, entry)
+    if evaluate:
+        import torch
+
+        from .devices import pick_device
+        from .stages.evaluate import evaluate_gguf
+        where = torch.device(device) if device else (torch.device("cpu") if while_training
+                                                     else pick_device(project.settings.train.device))
+        say(f"evaluating {out.name} on {where}")
+        result = evaluate_gguf(project, out, ck, where)["metrics"]
+        entry["eval"] = {k: v for k, v in result.items() if isinstance(v, (int, float))}
+        _record(project, entry)
+    return entry
+
+
+def job_status(project: Project) -> dict[str, Any]:
+    """The snapshot job's status; a "running" status whose process died reads as failed."""
+    status = read_json(project.root / STATUS_FILE, {}) or {}
+    if status.get("status") == "running" and not pid_alive(read_pid_file(project.root / PID_FILE)):
+        status = {**status, "status": "failed", "error": f"the snapshot process died (see {LOG_FILE})"}
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer_core.snapshot")
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--checkpoint", default="last")
+    parser.add_argument("--eval", action="store_true")
+    parser.add_argument("--no-fresh", action="store_true")
+    parser.add_argument("--device")
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    args = parser.parse_args(argv)
+    try:
+        project = Project.open(args.project)
+    except TrainerError as e:
+        print(str(e), file=sys.stderr)
+        return e.exit_code
+    status_path = project.root / STATUS_FILE
+    status: dict[str, Any] = {"status": "running", "phase": "starting", "checkpoint": args.checkpoint,
+                              "eval": args.eval, "started": time.time(), "pid": os.getpid()}
+
+    def say(phase: str) -> None:
+        status["phase"] = phase
+        atomic_write_json(status_path, status)
+        print(phase, flush=True)
+    say("starting")
+    try:
+        entry = take_snapshot(project, args.checkpoint, not args.no_fresh, args.eval, args.device, args.timeout, say)
+        status.update(status="done", phase="done", step=entry["step"], path=entry["path"], val_cos=entry["val_cos"],
+                      finished=time.time())
+        atomic_write_json(status_path, status)
+        return 0
+    except TrainerError as e:
+        status.update(status="failed", error=str(e), finished=time.time())
+        atomic_write_json(status_path, status)
+        print(str(e), file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug: the traceback goes to snapshot.log
+        traceback.print_exc()
+        status.update(status="failed", error=f"{type(e).__name__}: {e}", finished=time.time())
+        atomic_write_json(status_path, status)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Evaluate stage: the exported GGUF, read back as the engine would, scored on the val shards.
+
+    python -m trainer_core.stages.evaluate --project DIR
+
+It never scores the checkpoint alone: the adapter is rebuilt from the GGUF's tensors, and the
+checkpoint it came from only serves for `roundtrip_cos` (≥ 0.999 when the export is right).
+eval.json lives in the project, so projects sharing one output folder keep their own.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..atomic import atomic_write_json
+from ..errors import TrainerError
+from ..events import Report
+from ..export import checkpoint_model, load_checkpoint
+from ..gguf_io import read_adapter_gguf
+from ..losses import ResamplerMetrics, SeededMetrics
+from ..project import Project
+from ..shards import valid_shards
+from ..stream import val_batches
+from .base import never, stage_main
+
+__all__ = ["run", "evaluate_gguf"]
+
+
+@torch.no_grad()
+def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """The pack's metrics of the GGUF on every val shard, plus its round trip against `ck`."""
+    adapter = read_adapter_gguf(gguf, device)
+    config, ck_model = checkpoint_model(ck)
+    ck_model.to(device)
+    mu, sigma = ck["mu"].float().to(device), ck["sigma"].float().to(device)
+    files = valid_shards(project, "val")
+    if not files:
+        raise TrainerError("The evaluation needs the val shards under the current contract; run precompute first.")
+    if config.kind == "resampler":
+        metrics: Any = ResamplerMetrics(mu)
+    elif config.kind == "seeded_resampler":
+        metrics = SeededMetrics()
+    else:
+        raise TrainerError(f"Evaluating {config.kind} adapters is not available in this version yet.")
+    samples = 0
+    for batch in val_batches(files, project.settings.train.batch_size):
+        batch = batch.to(device)
+        extra = {"seed_ids": batch.seed_ids} if batch.seed_ids is not None else {}
+        pred = adapter.model(batch.h, batch.mask, **extra)                 # teacher scale (folded)
+        pred_ck = ck_model(batch.h, batch.mask, **extra)
+        if config.standardized:
+            pred_ck = pred_ck * sigma + mu
+        if config.kind == "resampler":
+            metrics.update(pred, batch.target, pred_ck=pred_ck)
+        else:
+            metrics.update(pred, batch.target, batch.seed_len, pred_ck=pred_ck)
+        samples += batch.size
+    result = metrics.result()
+    result["val_samples"] = samples
+    return {"metrics": result, "config": config.to_dict(), "kvs": adapter.kvs}
+
+
+def run(project: Project, report: Report, should_stop: Callable[[], bool] = never) -> str:
+    from ..devices import pick_device
+    gguf = project.gguf_path()
+    if not gguf.is_file():
+        raise TrainerError(f"There is nothing to evaluate: {gguf} does not exist (run the export stage).")
+    ck = load_checkpoint(project.checkpoints_dir / "best.pt")
+    device = pick_device(project.settings.train.device)
+    started = time.monotonic()
+    found = evaluate_gguf(project, gguf, ck, device)
+    kvs, m = found["kvs"], found["metrics"]
+    record = {**m, "gguf": str(gguf), "kind": found["config"]["kind"], "config": found["config"],
+              "trained_steps": kvs.get("adapter.trained_steps"), "planned_steps": kvs.get("adapter.planned_steps"),
+              "checkpoint": kvs.get("adapter.checkpoint"), "provenance": kvs, "time": time.time(),
+              "seconds": round(time.monotonic() - started, 2), "pack": project.pack.id}
+    atomic_write_json(project.eval_json, record)
+    shown = ", ".join(f"{k} {m[k]:.5f}" for k in project.pack.metric_names if isinstance(m.get(k), float))
+    report("metric", **{k: v for k, v in m.items() if isinstance(v, (int, float))})
+    report("artifact", path=str(project.eval_json), kind="eval")
+    report("log", level="info", message=f"evaluation of {gguf.name}: {shown}")
+    if m.get("roundtrip_cos", 1.0) < 0.999:
+        report("log", level="warning", message=f"roundtrip_cos {m['roundtrip_cos']:.5f} < 0.999: the GGUF does not "
+                                               f"reproduce its checkpoint")
+    return "done"
+
+
+if __name__ == "__main__":
+    sys.exit(stage_main("eval", run))
