@@ -17,7 +17,6 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any, Callable
 
 from .atomic import atomic_write_json, read_json

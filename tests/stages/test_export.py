@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -12,7 +11,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO
 from trainer_core.errors import AlreadyRunningError
 from trainer_core.events import EventTailer
 from trainer_core.gguf_io import read_gguf_kvs

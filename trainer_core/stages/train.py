@@ -12,16 +12,14 @@ would have taken. The planned step count is re-read from project.json at every l
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from ..adapter import AdapterConfig, build_adapter, count_parameters
-from ..atomic import atomic_path, atomic_write_json, atomic_write_text, read_json
+from ..atomic import atomic_path, atomic_write_json, atomic_write_text
 from ..config import settings_from_dict
 from ..errors import TrainerError
 from ..events import Report
