@@ -23,9 +23,9 @@ which shows where the gap to B goes.
 Peak RSS: the stage is trained again in a fresh child process (this script with --rss-child)
 on the project and on a second project whose corpus is `--scale` times larger, same steps and
 settings; each child reports the peak RSS of its own address space (VmHWM; see rss_child for
-why not ru_maxrss), over its whole life and inside train() alone. The last line on stdout is
-one JSON object; the rest goes to stderr. `--profile FILE` also runs one more A round under cProfile and writes its
-cumulative table to FILE.
+why not ru_maxrss), over its whole life and inside train() alone; `*_8x` names the --scale
+run. The last line on stdout is one JSON object; the rest goes to stderr. `--profile FILE`
+also runs one more A round under cProfile and writes its cumulative and own-time tables there.
 """
 from __future__ import annotations
 
@@ -57,9 +57,9 @@ from trainer_core.project import Project
 from trainer_core.schedule import lr_at
 from trainer_core.shards import valid_shards
 from trainer_core.stages import corpus as corpus_stage
-from trainer_core.stages.corpus import read_corpus
 from trainer_core.stages import precompute as precompute_stage
 from trainer_core.stages.base import never
+from trainer_core.stages.corpus import read_corpus
 from trainer_core.stages.train import Trainer
 from trainer_core.stream import Batch, ShardStream
 
@@ -202,19 +202,20 @@ def measure(project: Project, args: argparse.Namespace) -> dict[str, Any]:
     device = probe.device
     batches = stream_batches(project, device)
     warm_up(probe, batches[:10])
-    rates_a, rates_b, parts = [], [], []
+    rates_a, rates_b, parts, faults_a, faults_b = [], [], [], [], []
     for r in range(1, args.rounds + 1):
-        timers = Timers(device)
+        timers, before = Timers(device), minor_faults()
         trainer = run_a(project, timers)
+        faults_a.append((minor_faults() - before) / t.steps)
         rates_a.append(t.steps / timers.seconds["total"])
         parts.append(timers.seconds)
-        bare = Bare(project, probe)
+        bare, before = Bare(project, probe), minor_faults()
         rates_b.append(t.steps / timed(device, bare.run, batches))
+        faults_b.append((minor_faults() - before) / t.steps)
         log(f"round {r}: A {rates_a[-1]:.2f} steps/s, B {rates_b[-1]:.2f} steps/s, "
-            f"A/B {rates_a[-1] / rates_b[-1]:.3f}")
+            f"A/B {rates_a[-1] / rates_b[-1]:.3f}; page faults per step A {faults_a[-1]:.0f}, B {faults_b[-1]:.0f}")
     stage_ms = {k: round(statistics.median(p[k] for p in parts) * 1e3, 1) for k in (*STAGE_PARTS, "total")}
     stage_ms["loop_other"] = round(stage_ms["total"] - sum(stage_ms[k] for k in STAGE_PARTS), 1)
-    counts = timers.calls     # the same in every round
     return {
         "train_steps_per_s": round(statistics.median(rates_a), 3),
         "bare_steps_per_s": round(statistics.median(rates_b), 3),
@@ -222,7 +223,8 @@ def measure(project: Project, args: argparse.Namespace) -> dict[str, Any]:
         "peak_rss_mib_1x": 0.0, "peak_rss_mib_8x": 0.0, "rss_growth": 0.0,
         "same_weights": same_weights(trainer.model, bare.model),
         "settings": {"steps": t.steps, "width": t.width, "depth": t.depth, "batch_size": t.batch_size,
-                     "log_every": t.log_every, "val_every": t.val_every, "save_every": t.save_every,
+                     "warmup": t.warmup, "log_every": t.log_every, "val_every": t.val_every,
+                     "save_every": t.save_every,
                      "train_prompts": args.prompts, "scale": args.scale, "val_prompts": project.settings.corpus.n_val,
                      "parameters": sum(p.numel() for p in probe.model.parameters()), "rounds": args.rounds},
         "torch_threads": torch.get_num_threads(),
@@ -230,7 +232,8 @@ def measure(project: Project, args: argparse.Namespace) -> dict[str, Any]:
         "rounds_a": [round(x, 3) for x in rates_a],
         "rounds_b": [round(x, 3) for x in rates_b],
         "stage_ms": stage_ms,
-        "stage_counts": counts,
+        "stage_calls": timers.calls,     # the same in every round
+        "minor_faults_per_step": {"A": round(statistics.median(faults_a)), "B": round(statistics.median(faults_b))},
         "bare_ms": round(t.steps / statistics.median(rates_b) * 1e3, 1),
         "overhead_ms_per_step": round((1 / statistics.median(rates_a) - 1 / statistics.median(rates_b)) * 1e3, 2),
     }
@@ -254,6 +257,11 @@ def timed(device: torch.device, fn: Any, *args: Any) -> float:
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def minor_faults() -> int:
+    """Page faults served without I/O so far: fresh (or trimmed and re-touched) heap pages."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
@@ -309,7 +317,9 @@ def profile_a(project: Project, path: str) -> None:
     profiler = cProfile.Profile()
     profiler.runcall(run_a, project)
     out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(60)
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("cumulative").print_stats(60)
+    stats.sort_stats("tottime").print_stats(30)
     Path(path).write_text(out.getvalue(), encoding="utf-8")
     log(f"cProfile of one A round written to {path}")
 
@@ -317,7 +327,7 @@ def profile_a(project: Project, path: str) -> None:
 # ------------------------------------------------------------ peak RSS, in fresh processes
 
 def peak_rss_child(project: Project, args: argparse.Namespace) -> dict[str, Any]:
-    """Train the project's stage once in a fresh interpreter; its ru_maxrss and stage facts."""
+    """Train the project's stage once in a fresh interpreter; its peak RSS and stage facts."""
     shutil.rmtree(project.checkpoints_dir, ignore_errors=True)
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
@@ -326,7 +336,8 @@ def peak_rss_child(project: Project, args: argparse.Namespace) -> dict[str, Any]
         command += ["--threads", str(args.threads)]
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, check=True, text=True)
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    log(f"RSS child on {figures['train_prompts']} train prompts in {figures['shards']} shards: peak "
+    log(f"RSS child on {figures['train_prompts']} train prompts in {figures['shards']} shards "
+        f"({figures['train_shards_mib']} MiB): peak "
         f"{figures['peak_rss_mib']} MiB, {figures['ready_rss_mib']} MiB before train(), "
         f"{figures['train_peak_rss_mib']} MiB peak inside it ({figures['seconds']} s)")
     return figures
@@ -346,6 +357,7 @@ def rss_child(root: Path) -> int:
     train_peak = proc_status_mib("VmHWM")
     print(json.dumps({"train_prompts": len(read_corpus(project.corpus_files()[0])),
                       "shards": len(trainer.stream.files), "steps": trainer.step,
+                      "train_shards_mib": round(sum(f.stat().st_size for f in trainer.stream.files) / 2**20, 1),
                       "peak_rss_mib": round(max(setup_peak, train_peak), 1),
                       "ready_rss_mib": round(ready, 1),
                       "train_peak_rss_mib": round(train_peak, 1) if reset else None,
