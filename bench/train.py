@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     figures.update(peak_rss_mib_1x=small_rss["peak_rss_mib"], peak_rss_mib_8x=big_rss["peak_rss_mib"],
                    rss_growth=round(big_rss["peak_rss_mib"] / small_rss["peak_rss_mib"], 3),
                    train_rss_growth=_ratio(big_rss["train_peak_rss_mib"], small_rss["train_peak_rss_mib"]),
+                   rss_file_delta_mib=round(big_rss["max_rss_file_mib"] - small_rss["max_rss_file_mib"], 1),
                    rss_children=[small_rss, big_rss])
     print_table(figures)
     print(json.dumps(figures))
@@ -233,7 +234,7 @@ def measure(project: Project, args: argparse.Namespace) -> dict[str, Any]:
         "rounds_b": [round(x, 3) for x in rates_b],
         "stage_ms": stage_ms,
         "stage_calls": timers.calls,     # the same in every round
-        "minor_faults_per_step": {"A": round(statistics.median(faults_a)), "B": round(statistics.median(faults_b))},
+        "minor_faults_per_step": {"A": [round(x) for x in faults_a], "B": [round(x) for x in faults_b]},
         "bare_ms": round(t.steps / statistics.median(rates_b) * 1e3, 1),
         "overhead_ms_per_step": round((1 / statistics.median(rates_a) - 1 / statistics.median(rates_b)) * 1e3, 2),
     }
@@ -337,9 +338,9 @@ def peak_rss_child(project: Project, args: argparse.Namespace) -> dict[str, Any]
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, check=True, text=True)
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     log(f"RSS child on {figures['train_prompts']} train prompts in {figures['shards']} shards "
-        f"({figures['train_shards_mib']} MiB): peak "
-        f"{figures['peak_rss_mib']} MiB, {figures['ready_rss_mib']} MiB before train(), "
-        f"{figures['train_peak_rss_mib']} MiB peak inside it ({figures['seconds']} s)")
+        f"({figures['train_shards_mib']} MiB): peak {figures['peak_rss_mib']} MiB, "
+        f"{figures['ready_rss_mib']} MiB before train(), {figures['train_peak_rss_mib']} MiB peak inside it, "
+        f"file-backed at most {figures['max_rss_file_mib']} MiB ({figures['seconds']} s)")
     return figures
 
 
@@ -349,6 +350,7 @@ def rss_child(root: Path) -> int:
     the address space it replaces), while VmHWM belongs to the child's own address space."""
     project = Project.open(root)
     trainer = Trainer(project, ListReport())
+    most = sample_after_each_batch(trainer.stream, ("RssFile", "RssAnon"))
     setup_peak, ready = proc_status_mib("VmHWM"), proc_status_mib("VmRSS")
     reset = reset_peak_rss()                  # from here VmHWM is the peak of train() alone
     started = time.perf_counter()
@@ -362,13 +364,31 @@ def rss_child(root: Path) -> int:
                       "ready_rss_mib": round(ready, 1),
                       "train_peak_rss_mib": round(train_peak, 1) if reset else None,
                       "end_rss_mib": round(proc_status_mib("VmRSS"), 1),
+                      "max_rss_file_mib": round(most["RssFile"], 1), "max_rss_anon_mib": round(most["RssAnon"], 1),
                       "ru_maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                       "seconds": round(seconds, 1)}))
     return 0
 
 
+def sample_after_each_batch(stream: ShardStream, fields: tuple[str, ...]) -> dict[str, float]:
+    """The most of each /proc/self/status field seen right after each training batch is read.
+    RssFile holds the mapped shard pages the stream touched (plus the shared libraries, the
+    same in every run), so it shows whether shards stay resident after the stream moves on."""
+    most = {field: 0.0 for field in fields}
+    next_batch = stream.next
+
+    def sampled() -> Batch:
+        batch = next_batch()
+        for field in fields:
+            most[field] = max(most[field], proc_status_mib(field))
+        return batch
+
+    stream.next = sampled    # type: ignore[method-assign]  # an instance attribute shadows the method
+    return most
+
+
 def proc_status_mib(field: str) -> float:
-    """VmHWM (peak) or VmRSS (now) of this process, in MiB (Linux)."""
+    """A memory field of this process (VmHWM: peak RSS, VmRSS: RSS now, ...), in MiB (Linux)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024      # kB
@@ -399,7 +419,8 @@ def print_table(f: dict[str, Any]) -> None:
     log("  A, ms per run:  " + ", ".join(f"{k} {v}" for k, v in ms.items()) + f"; B {f['bare_ms']}")
     log(f"  stage overhead {f['overhead_ms_per_step']} ms per step")
     log(f"  peak RSS {f['peak_rss_mib_1x']} MiB (1x), {f['peak_rss_mib_8x']} MiB ({s['scale']}x): "
-        f"x{f['rss_growth']}; inside train() x{f['train_rss_growth']}")
+        f"x{f['rss_growth']}; inside train() x{f['train_rss_growth']}; file-backed "
+        f"{f['rss_file_delta_mib']:+} MiB")
 
 
 if __name__ == "__main__":
