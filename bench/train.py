@@ -1,11 +1,12 @@
 """Train-stage throughput and memory: the real stage (A) against a bare PyTorch loop (B).
 
-    python bench/train.py [--steps N] [--prompts N] [--device cpu|cuda] [--width W] [--depth D]
-                          [--batch B] [--rounds R] [--threads T] [--scale S] [--profile FILE]
+    PYTHONPATH=. python bench/train.py [--steps N] [--prompts N] [--device cpu|cuda] [--width W]
+        [--depth D] [--batch B] [--rounds R] [--threads T] [--scale S] [--profile FILE]
 
 A demo project (trainer_core.demo) is built in a temp folder with N synthetic train prompts; its
-corpus and precompute stages run for real. Then, after a short warm-up, rounds alternate
-A B A B ... with the same settings:
+corpus and precompute stages run for real. The defaults (width 128, depth 2, batch 32, 300
+steps, the demo's cadence: metrics every 10 steps, validation and last.pt every 50) keep a
+whole run near 3 minutes on 2 CPU cores. After a short warm-up, rounds alternate A B A B:
 
   A  the train stage: `Trainer(project, report).train(never)` from a fresh checkpoints folder,
      with its real cadence (metrics every log_every, validation every val_every, last.pt every
@@ -18,14 +19,16 @@ Both runs do the same optimizer math on the same batches, so they end on the sam
 (`same_weights` checks it). The figures are medians; `ratio` is the median of the per-pair
 A/B ratios, so slow drift of the machine cancels. Every A round also times, exclusively, the
 parts of the stage (`stage_ms`: stream, train_step, validation, checkpoint saves, metrics),
-which shows where the gap to B goes.
+which shows where the gap to B goes; `minor_faults_per_step` counts the page faults of each
+round (heap memory glibc gave back to the kernel and the next step touched again).
 
 Peak RSS: the stage is trained again in a fresh child process (this script with --rss-child)
 on the project and on a second project whose corpus is `--scale` times larger, same steps and
 settings; each child reports the peak RSS of its own address space (VmHWM; see rss_child for
-why not ru_maxrss), over its whole life and inside train() alone; `*_8x` names the --scale
-run. The last line on stdout is one JSON object; the rest goes to stderr. `--profile FILE`
-also runs one more A round under cProfile and writes its cumulative and own-time tables there.
+why not ru_maxrss), over its whole life and inside train() alone, and the most file-backed RSS
+(mapped shard pages and libraries) seen after any batch; `*_8x` names the --scale run. The
+last line on stdout is one JSON object; the rest goes to stderr. `--profile FILE` also runs
+one more A round under cProfile and writes its cumulative and own-time tables there.
 """
 from __future__ import annotations
 
