@@ -1,12 +1,15 @@
 """Train-stage throughput and memory: the real stage (A) against a bare PyTorch loop (B).
 
     PYTHONPATH=. python bench/train.py [--steps N] [--prompts N] [--device cpu|cuda] [--width W]
-        [--depth D] [--batch B] [--rounds R] [--threads T] [--scale S] [--profile FILE]
+        [--depth D] [--batch B] [--rounds R] [--threads T] [--scale S] [--cadence default|demo]
+        [--profile FILE]
 
 A demo project (trainer_core.demo) is built in a temp folder with N synthetic train prompts; its
 corpus and precompute stages run for real. The defaults (width 128, depth 2, batch 32, 300
-steps, the demo's cadence: metrics every 10 steps, validation and last.pt every 50) keep a
-whole run near 3 minutes on 2 CPU cores. After a short warm-up, rounds alternate A B A B:
+steps) keep a whole run near 3 minutes on 2 CPU cores. `--cadence default` (the default) keeps
+the settings' own cadence (metrics every 25 steps, last.pt every 250, validation every 500, so a
+300-step round saves twice and validates once, at its end); `--cadence demo` is the demo's (metrics
+every 10, validation and last.pt every 50), ten times the validation work of a real run. After a short warm-up, rounds alternate A B A B:
 
   A  the train stage: `Trainer(project, report).train(never)` from a fresh checkpoints folder,
      with its real cadence (metrics every log_every, validation every val_every, last.pt every
@@ -113,6 +116,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2, help="timed A/B pairs (default 2)")
     parser.add_argument("--scale", type=int, default=8, help="corpus factor of the second RSS run (default 8)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    parser.add_argument("--cadence", choices=("default", "demo"), default="default",
+                        help="log/val/save cadence: the settings' defaults (25/500/250) or the demo's (10/50/50)")
     parser.add_argument("--profile", default="", help="write a cProfile table of one more A round here")
     parser.add_argument("--rss-child", default="", help=argparse.SUPPRESS)   # internal: one RSS run
     args = parser.parse_args(argv)
@@ -122,10 +127,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def bench_settings(args: argparse.Namespace) -> list[str]:
-    """The train settings of every run; the cadence is the demo's (log 10, val 50, save 50)."""
+    """The train settings of every run; the cadence is the settings' defaults or the demo's."""
+    from trainer_core.config import TrainSettings
+    d = TrainSettings()
+    log_every, val_every, save_every = ((10, 50, 50) if args.cadence == "demo"
+                                        else (d.log_every, d.val_every, d.save_every))
     return [f"train.device={args.device}", f"train.width={args.width}", f"train.depth={args.depth}",
             f"train.batch_size={args.batch}", f"train.steps={args.steps}", "train.warmup=20",
-            "train.log_every=10", "train.val_every=50", "train.save_every=50"]
+            f"train.log_every={log_every}", f"train.val_every={val_every}", f"train.save_every={save_every}"]
 
 
 def build_project(root: Path, args: argparse.Namespace, n_train: int) -> Project:

@@ -133,8 +133,9 @@ def _sq_sums(p: Tensor, t: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]
     """(Σ_m (p−t)², Σ_m t²) as 0-d tensors."""
     err = ((p - t) ** 2).sum(-1)                                         # [B, R]
     ref = (t * t).sum(-1)                                                # [B, R]
-    if mask is not None:
-        err, ref = err[mask], ref[mask]
+    if mask is not None:                    # where, not err[mask]: no wait for the GPU
+        zero = err.new_zeros(())
+        err, ref = torch.where(mask, err, zero), torch.where(mask, ref, zero)
     return err.sum(), ref.sum()
 
 
