@@ -1,8 +1,8 @@
-"""`python app.py`: the gguf-trainer GUI.
+"""`python app.py`: the gguf-trainer GUI at http://127.0.0.1:8655/ (same as `gguf-trainer`).
 
-The browser GUI arrives with a later version; until then this entry point says so, and
-`python app.py --demo` builds the demo project on tiny offline models and runs it through
-every stage this version has.
+`python app.py --demo` also builds the demo project on tiny offline models (once) and starts
+it, so the whole pipeline runs in the browser without downloading anything. Options:
+`--host/--port/--no-browser/--auto-resume/--share/--auth/--allow-dir` (see `--help`).
 """
 from __future__ import annotations
 

@@ -34,9 +34,8 @@ from .packs import PACKS
 from .pipeline import check_only, run_pipeline
 from .project import Project, last_project
 from .runner import request_stop, kill_pipeline, runtime_status, start_pipeline
-from .snapshot import job_status, read_manifest
-from .stages import STAGES, stage_done
-from .stages.export import ggk_command
+from .stages import STAGES
+from .status import status_report
 
 __all__ = ["main", "build_parser"]
 
@@ -57,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="relaunch the last project if its run was interrupted")
     serve.add_argument("--demo", action="store_true",
                        help="build (once) and run the demo project on tiny offline models")
+    serve.add_argument("--share", action="store_true", help="a public gradio.live link (needs --auth)")
+    serve.add_argument("--auth", metavar="USER:PASSWORD",
+                       help="require a login; 'generate' prints a random password once (needed for --share "
+                            "and any --host but loopback)")
+    serve.add_argument("--projects-root", metavar="DIR", help="where new projects go (default ~/gguf-trainer/projects)")
+    serve.add_argument("--allow-dir", action="append", default=[], metavar="DIR",
+                       help="another folder the GUI may read and write (repeatable)")
 
     new = sub.add_parser("new", help="create a project")
     new.add_argument("--project", required=True, metavar="DIR")
@@ -144,11 +150,8 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.auto_resume:
         auto_resume()
-    if args.demo:
-        return run_demo()
-    print(f"gguf-trainer {__version__}: the browser GUI arrives in a later version. Meanwhile the "
-          f"whole pipeline runs from the command line; see `gguf-trainer --help`.")
-    return 0
+    from ui.app import main as serve_main      # gradio only here: the CLI stays light
+    return serve_main(args)
 
 
 def run_demo(pack_id: str = "t5xxl_pixart") -> int:
@@ -252,30 +255,6 @@ def cmd_kill(args: argparse.Namespace) -> int:
     return 1
 
 
-_STAGE_DETAILS = ("detail", "count", "total", "unit", "step", "steps", "val_cos", "best_val_cos", "error")
-
-
-def status_report(project: Project) -> dict[str, Any]:
-    info = runtime_status(project)
-    state = project.read_state()
-    stages = []
-    for spec in STAGES:
-        entry = state.get("stages", {}).get(spec.name, {})
-        done = stage_done(project, spec.name)
-        stages.append({"name": spec.name, "title": spec.title, "done": done,
-                       "status": "done" if done else entry.get("status", "-"),
-                       **({} if done else {k: entry[k] for k in _STAGE_DETAILS if k in entry})})
-    last = read_json(project.checkpoints_dir / "last.json", None)
-    best = read_json(project.checkpoints_dir / "best.json", None)
-    return {"project": str(project.root), "pack": project.pack.id, "name": project.settings.name,
-            "status": info["status"], "pid": info["pid"], "stage_pid": info["stage_pid"],
-            "run": state.get("run"), "stage": state.get("stage"), "error": state.get("error"),
-            "planned_steps": project.settings.train.steps, "stages": stages,
-            "checkpoints": {"last": last, "best": best}, "export": str(project.gguf_path()),
-            "ggk_command": ggk_command(project) if project.gguf_path().is_file() else None,
-            "snapshots": read_manifest(project), "snapshot_job": job_status(project)}
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     project = Project.open(args.project)
     report = status_report(project)
@@ -367,18 +346,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    import sys as _sys
-
-    from .runner import child_env, launch_detached
-    from .snapshot import LOG_FILE, PID_FILE, take_snapshot
+    from .snapshot import LOG_FILE, start_job, take_snapshot
     project = Project.open(args.project)
     if args.detach:
-        argv = [_sys.executable, "-m", "trainer_core.snapshot", "--project", str(project.root),
-                "--checkpoint", args.checkpoint, "--timeout", str(args.timeout)]
-        argv += (["--eval"] if args.eval else []) + (["--no-fresh"] if args.no_fresh else [])
-        argv += ["--device", args.device] if args.device else []
-        pid = launch_detached(argv, cwd=project.root, log_path=project.root / LOG_FILE,
-                              pid_path=project.root / PID_FILE, env=child_env())
+        pid = start_job(project, args.checkpoint, args.eval, not args.no_fresh, args.device, args.timeout)
         print(f"snapshot job launched (pid {pid}), logging to {project.root / LOG_FILE}")
         return 0
     entry = take_snapshot(project, args.checkpoint, not args.no_fresh, args.eval, args.device, args.timeout,

@@ -117,6 +117,7 @@ def _choice(*options: str) -> Callable[[Any], str]:
         if isinstance(value, str) and value.strip() in options:
             return value.strip()
         raise ValueError(f"must be one of {quoted}")
+    parse.options = options          # type: ignore[attr-defined]  # the GUI's drop-down
     return parse
 
 
@@ -160,6 +161,7 @@ def _subset(*options: str) -> Callable[[Any], list[str]]:
         if items is None or not all(isinstance(i, str) and i in options for i in items):
             raise ValueError(f"must be a list drawn from {quoted}")
         return list(dict.fromkeys(items))
+    parse.options = options          # type: ignore[attr-defined]  # the GUI's check boxes
     return parse
 
 

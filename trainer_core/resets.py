@@ -18,7 +18,7 @@ from .errors import AlreadyRunningError, UsageError
 from .locks import FileLock
 from .project import Project, new_state
 
-__all__ = ["RESETS", "reset"]
+__all__ = ["planned_deletions", "RESETS", "reset"]
 
 RESETS = ("state", "train", "shards", "corpus", "output")
 _SNAPSHOT_FILES = (".snapshot.status", ".snapshot.pid")
@@ -38,6 +38,14 @@ def _targets(project: Project, what: str) -> list[Path]:
         name = project.settings.name
         return [project.gguf_path(), *sorted(out.glob(f"{name}-step*-f16.gguf"))]
     return []
+
+
+def planned_deletions(project: Project, what: str) -> list[Path]:
+    """What `reset(project, what)` would delete now (the paths that exist): the GUI's
+    confirmation lists them."""
+    if what not in RESETS:
+        raise UsageError(f'"{what}" is not a reset; choose one of: {", ".join(RESETS)}.')
+    return [p for p in _targets(project, what) if p.exists()]
 
 
 def reset(project: Project, what: str) -> list[Path]:

@@ -26,7 +26,7 @@ from .locks import FileLock
 from .project import Project
 from .runner import pid_alive, read_pid_file, runtime_status
 
-__all__ = ["take_snapshot", "read_manifest", "job_status", "main", "STATUS_FILE", "PID_FILE", "LOG_FILE"]
+__all__ = ["take_snapshot", "read_manifest", "job_status", "start_job", "main", "STATUS_FILE", "PID_FILE", "LOG_FILE"]
 
 STATUS_FILE, PID_FILE, LOG_FILE = ".snapshot.status", ".snapshot.pid", "snapshot.log"
 
@@ -110,6 +110,23 @@ def job_status(project: Project) -> dict[str, Any]:
     if status.get("status") == "running" and not pid_alive(read_pid_file(project.root / PID_FILE)):
         status = {**status, "status": "failed", "error": f"the snapshot process died (see {LOG_FILE})"}
     return status
+
+
+def start_job(project: Project, checkpoint: str = "last", evaluate: bool = False, fresh: bool = True,
+              device: str | None = None, timeout: float = 1800.0) -> int:
+    """Launch the snapshot job detached (`.snapshot.status` tells its phase); refused while one runs."""
+    import sys as _sys
+
+    from .errors import AlreadyRunningError
+    from .runner import child_env, launch_detached
+    if job_status(project).get("status") == "running":
+        raise AlreadyRunningError("A snapshot export is already running; wait for it to finish.")
+    argv = [_sys.executable, "-m", "trainer_core.snapshot", "--project", str(project.root),
+            "--checkpoint", checkpoint, "--timeout", str(timeout)]
+    argv += (["--eval"] if evaluate else []) + ([] if fresh else ["--no-fresh"])
+    argv += ["--device", device] if device else []
+    return launch_detached(argv, cwd=project.root, log_path=project.root / LOG_FILE,
+                           pid_path=project.root / PID_FILE, env=child_env())
 
 
 def main(argv: list[str] | None = None) -> int:

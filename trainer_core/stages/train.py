@@ -212,6 +212,9 @@ class Trainer:
         if improved:
             self.best_val_cos = self.val["val_cos"]
         self.report("metric", step=self.step, steps=self.planned, best_val_cos=self.best_val_cos, **self.val)
+        with open(self.ckpt / "val.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": self.step, "steps": self.planned, **self.val,
+                                "best_val_cos": self.best_val_cos, "time": time.time()}) + "\n")
         self._log(f"val @ {self.step}: rel_mse {self.val['val_rel_mse']:.5f} cos {self.val['val_cos']:.5f} "
                   f"(best {self.best_val_cos:.5f})")
         if improved:
@@ -328,12 +331,12 @@ class Trainer:
     def _truncate_metrics(self, step: int) -> None:
         """After a resume the series continues from `step`: points logged past the checkpoint
         (before a hard kill) are dropped, so the series never repeats or skips a step."""
-        path = self.ckpt / "metrics.jsonl"
-        if not path.is_file():
-            return
-        kept = [line for line in path.read_text("utf-8").splitlines()
-                if line.strip() and _step_of(line) is not None and _step_of(line) <= step]
-        atomic_write_text(path, "".join(line + "\n" for line in kept))
+        for path in (self.ckpt / "metrics.jsonl", self.ckpt / "val.jsonl"):
+            if not path.is_file():
+                continue
+            kept = [line for line in path.read_text("utf-8").splitlines()
+                    if line.strip() and _step_of(line) is not None and _step_of(line) <= step]
+            atomic_write_text(path, "".join(line + "\n" for line in kept))
 
     def _log(self, message: str) -> None:
         self.report("log", level="info", message=message)
@@ -350,9 +353,10 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     return Trainer(project, report).train(should_stop)
 
 
-def metric_series(project: Project) -> list[dict[str, Any]]:
-    """The training metrics of the project, one point per log interval, no repeats."""
-    path = project.checkpoints_dir / "metrics.jsonl"
+def metric_series(project: Project, name: str = "metrics") -> list[dict[str, Any]]:
+    """The training metrics of the project, one point per log interval, no repeats
+    (name "val": the validation points, one per validation)."""
+    path = project.checkpoints_dir / f"{name}.jsonl"
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]

@@ -1,0 +1,182 @@
+"""Each tab's handlers, called directly (no browser, no server)."""
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+
+from trainer_core.project import Project
+from ui import hardware_tab, logs_tab, output_tab, setup_tab, train_tab
+from ui.settings_form import FIELDS
+
+KEYS = [f.key for f in FIELDS]
+
+
+def _create(ctx, name="mine"):
+    out = setup_tab.create_project(ctx, name, "t5xxl_pixart", str(ctx.projects_root))
+    assert out[0] == str(ctx.projects_root / name), out[1]
+    return out
+
+
+def _values(out):
+    return [u["value"] for u in out[3:3 + len(FIELDS)]]
+
+
+# ------------------------------------------------------------ Setup
+
+def test_create_fills_the_form_with_the_pack_defaults(ctx):
+    out = _create(ctx)
+    values = dict(zip(KEYS, _values(out)))
+    project = Project.open(ctx.projects_root / "mine")
+    assert values["train.steps"] == str(project.settings.train.steps)
+    assert values["train.width"] == str(project.settings.train.width)
+    assert values["precompute.mock_teacher"] is project.settings.precompute.mock_teacher
+    assert "Created" in out[1]
+    again = setup_tab.create_project(ctx, "mine", "t5xxl_pixart", str(ctx.projects_root))
+    assert again[0] is None and "already" in again[1]
+
+
+def test_create_outside_the_roots_or_with_a_slash_is_refused(ctx, tmp_path):
+    out = setup_tab.create_project(ctx, "x", "t5xxl_pixart", "/etc")
+    assert out[0] is None and "outside the folders" in out[1]
+    out = setup_tab.create_project(ctx, "../escape", "t5xxl_pixart", str(ctx.projects_root))
+    assert out[0] is None and "without slashes" in out[1]
+    assert not (tmp_path / "escape").exists()
+
+
+def test_save_lists_every_problem_on_its_field_and_writes_nothing(ctx):
+    out = _create(ctx)
+    project = Project.open(out[0])
+    before = project.project_json.read_bytes()
+    values = _values(out)
+    values[KEYS.index("train.width")] = "100"
+    values[KEYS.index("corpus.min_chars")] = "lots"
+    saved = setup_tab.save_settings(ctx, out[0], "", *values)
+    assert "Not saved" in saved[1] and "train.width" in saved[1] and "corpus.min_chars" in saved[1]
+    infos = {k: u.get("info") or "" for k, u in zip(KEYS, saved[3:3 + len(FIELDS)])}
+    assert infos["train.width"].startswith("⚠") and infos["corpus.min_chars"].startswith("⚠")
+    assert not infos["train.depth"].startswith("⚠")
+    assert saved[3 + KEYS.index("train.width")]["value"] == "100"       # what the user typed stays
+    assert project.project_json.read_bytes() == before
+
+
+def test_save_writes_the_changes_and_the_token_never_comes_back(ctx):
+    out = _create(ctx)
+    values = _values(out)
+    values[KEYS.index("train.steps")] = "12k"
+    values[KEYS.index("precompute.mock_teacher")] = True
+    saved = setup_tab.save_settings(ctx, out[0], "hf_secretTOKEN123", *values)
+    assert "Saved 3 setting(s)" in saved[1]
+    project = Project.open(out[0])
+    assert project.settings.train.steps == 12000 and project.settings.precompute.mock_teacher
+    assert project.settings.hf_token == "hf_secretTOKEN123"
+    assert "hf_secretTOKEN123" not in json.dumps(saved, default=str)
+    assert saved[-1]["value"] == "" and "hidden" in saved[-1]["placeholder"]
+    reopened = setup_tab.open_project(ctx, out[0])
+    assert "hf_secretTOKEN123" not in json.dumps(reopened, default=str)
+
+
+def test_materials_and_disk_estimate(ctx):
+    out = _create(ctx)
+    project = Project.open(out[0])
+    rows = setup_tab.materials_rows(project)
+    assert [r[2] for r in rows] == ["missing"] * len(project.pack.materials)
+    assert set(setup_tab.missing_required(project)) == {m.title for m in project.pack.materials if m.required}
+    message, anyway = setup_tab.start_run(ctx, out[0])
+    assert "Required materials are not ready" in message and anyway["visible"] is True
+    assert "Shards on disk" in setup_tab.disk_estimate(project)
+
+
+def test_browse_handler_refuses_etc_and_lists_projects(ctx):
+    _create(ctx)
+    shown, entries, message = setup_tab.browse(ctx, "/etc", "dir")
+    assert "outside the folders" in message and entries["choices"] == []
+    shown, entries, message = setup_tab.browse(ctx, str(ctx.projects_root), "dir")
+    assert message == "" and any("[project]" in label for label, _ in entries["choices"])
+
+
+# ------------------------------------------------------------ Train
+
+def test_apply_steps_validates_and_explains(ctx):
+    out = _create(ctx)
+    message, _ = train_tab.apply_steps(ctx, out[0], "abc")
+    assert "positive whole number" in message
+    message, _ = train_tab.apply_steps(ctx, out[0], -5)
+    assert "positive whole number" in message
+    message, box = train_tab.apply_steps(ctx, out[0], 40000)
+    assert "Saved 40000" in message and box["value"] == 40000
+    assert Project.open(out[0]).settings.train.steps == 40000
+    message, _ = train_tab.apply_steps(ctx, out[0], 40000)
+    assert "already 40000" in message
+
+
+def test_reset_preview_lists_what_goes_and_confirm_deletes_it(ctx):
+    out = _create(ctx)
+    project = Project.open(out[0])
+    (project.checkpoints_dir).mkdir(parents=True)
+    (project.checkpoints_dir / "last.pt").write_bytes(b"x")
+    listing, confirm = train_tab.preview_reset(out[0], "train")
+    assert str(project.checkpoints_dir) in listing and confirm["visible"] is True
+    message, _ = train_tab.confirm_reset(ctx, out[0], "train")
+    assert "deleted 1 item" in message and not project.checkpoints_dir.exists()
+
+
+def test_tick_without_a_project_is_harmless_and_with_one_shows_stages(ctx):
+    out = train_tab.train_tick(ctx, None, -1)
+    assert out[0] == "No project open"
+    created = _create(ctx)
+    tick = train_tab.train_tick(ctx, created[0], -1)
+    assert 'data-stage="corpus"' in tick[1] and 'data-stage="eval"' in tick[1]
+    assert tick[7] == 0            # chart version seen
+
+
+def test_snapshot_without_a_checkpoint_is_refused(ctx):
+    out = _create(ctx)
+    assert "no checkpoint" in train_tab.request_snapshot(ctx, out[0], "last", False)
+
+
+# ------------------------------------------------------------ Logs, Hardware, Output
+
+def test_the_log_view_starts_with_the_tail_of_a_big_log_at_a_line_boundary(ctx):
+    out = _create(ctx)
+    project = Project.open(out[0])
+    lines = [f"line {i:07d} " + "x" * 80 + "\n" for i in range(40_000)]            # ~3.6 MB
+    project.pipeline_log.write_text("".join(lines), encoding="utf-8")
+    view = ctx.supervisor.attach(project.root)
+    view.refresh(force=True)
+    text, path, seen = logs_tab.log_tick(ctx, out[0], True, -1, 0)
+    assert len(text.encode()) <= 256 * 1024 and text.startswith("line ") and text.endswith(lines[-1])
+    with open(project.pipeline_log, "a", encoding="utf-8") as f:
+        f.write("appended line\n")
+    view.refresh()
+    text2, _, seen2 = logs_tab.log_tick(ctx, out[0], True, seen, 0)
+    assert text2.endswith("appended line\n") and seen2 > seen
+    assert isinstance(logs_tab.log_tick(ctx, out[0], True, seen2, 0)[0], type(gr.skip()))
+    cleared = view.snapshot()["log_total"]
+    with open(project.pipeline_log, "a", encoding="utf-8") as f:
+        f.write("after clear\n")
+    view.refresh()
+    assert logs_tab.log_tick(ctx, out[0], True, seen2, cleared)[0] == "after clear\n"
+
+
+def test_hardware_report_names_the_versions(ctx):
+    html = hardware_tab.hardware_report(ctx, None, ask_torch=False)
+    assert "gradio" in html and gr.__version__ in html and "RAM" in html
+    assert ("none detected" in html) or ("GPU 0" in html)
+
+
+def test_output_lists_exports_evaluation_and_the_command(ctx):
+    out = _create(ctx)
+    project = Project.open(out[0])
+    gguf = project.gguf_path()
+    gguf.parent.mkdir(parents=True, exist_ok=True)
+    gguf.write_bytes(b"GGUF" + b"\0" * 100)
+    project.eval_json.write_text(json.dumps({"cos": 0.875, "rel_mse": 0.25, "note": "x"}))
+    ctx.supervisor.attach(project.root).refresh(force=True)
+    files, note, eval_md, snaps, quality, kept, pick, command = output_tab.output_tick(ctx, out[0])
+    assert files[0][0] == gguf.name and "104 B" in files[0][1]
+    assert "0.8750" in eval_md and "0.2500" in eval_md
+    assert "--llm-adapter" in command and str(gguf) in command
+    assert snaps == [] and kept == []
+    assert "no kept step" in output_tab.delete_kept_step(ctx, out[0], "step5").lower()
+    assert "best.pt" in output_tab.export_again(ctx, out[0])

@@ -1,0 +1,137 @@
+"""The Gradio app: composes the five tabs and launches under the launch policy.
+
+Launch policy: loopback (127.0.0.1) by default. `--share` (a public gradio.live link) or any
+other `--host` needs `--auth user:pass` (or `--auth generate`: a random password printed once);
+without it the app refuses to start. Always `ssr_mode=False` (the SSR auth bypass of Gradio
+6.27–6.31) and no run history. Closing the tab or the app never stops a run: runs are detached
+processes the Supervisor only watches.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import secrets
+import sys
+import webbrowser
+from pathlib import Path
+
+import gradio as gr
+
+from trainer_core import __version__
+from trainer_core.project import default_projects_root, user_dir
+from trainer_core.supervisor import Supervisor
+
+from . import hardware_tab, logs_tab, output_tab, setup_tab, train_tab
+from .context import Ctx
+from .paths import PathPolicy
+
+__all__ = ["build_app", "make_context", "launch_policy", "LaunchRefused", "main", "serve"]
+
+MATERIALS_ENV, ALLOWED_ENV = "GGUF_TRAINER_MATERIALS", "GGUF_TRAINER_ALLOWED_DIRS"
+
+
+class LaunchRefused(ValueError):
+    """A launch the policy does not allow; the message says what to add."""
+
+
+def make_context(projects_root: str | os.PathLike | None = None, demo_root: str | os.PathLike | None = None,
+                 allow: list[str] | None = None, tick_s: float = 1.5) -> Ctx:
+    projects = Path(projects_root).expanduser() if projects_root else default_projects_root()
+    demo = Path(demo_root).expanduser() if demo_root else Path.cwd() / "gguf-trainer-demo"
+    roots: list[str | os.PathLike] = [projects, demo]
+    if os.environ.get(MATERIALS_ENV):
+        roots.append(os.environ[MATERIALS_ENV])
+    roots += [p for p in os.environ.get(ALLOWED_ENV, "").split(os.pathsep) if p]
+    roots += list(allow or [])
+    paths = PathPolicy(roots)
+    return Ctx(supervisor=Supervisor().start(), paths=paths, projects_root=paths.check(projects, "projects root"),
+               demo_root=paths.check(demo, "demo folder"), tick_s=tick_s,
+               mock_teacher=os.environ.get("GGUF_TRAINER_MOCK_TEACHER", "") not in ("", "0"))
+
+
+def build_app(ctx: Ctx) -> gr.Blocks:
+    with gr.Blocks(title="gguf-trainer", analytics_enabled=False) as app:
+        project_state = gr.State(None)
+        gr.Markdown(f"## gguf-trainer {__version__} — pig_clip adapters for ggk")
+        top_banner = gr.HTML("", elem_id="banner")
+        with gr.Tabs():
+            with gr.Tab("Setup", id="setup"):
+                setup = setup_tab.build(ctx, project_state, top_banner)
+            with gr.Tab("Train", id="train"):
+                train = train_tab.build(ctx, project_state, top_banner)
+            with gr.Tab("Hardware", id="hardware"):
+                hardware_tab.build(ctx, project_state)
+            with gr.Tab("Logs", id="logs"):
+                logs_tab.build(ctx, project_state)
+            with gr.Tab("Output", id="output"):
+                output_tab.build(ctx, project_state, top_banner)
+        app.load(lambda: setup_tab.initial_project(ctx), [], setup["view_outputs"], api_name=False)
+        project_state.change(train_tab.load_steps, [project_state], [train["steps_box"]], api_name=False)
+    return app
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def launch_policy(host: str, share: bool, auth: str | None) -> tuple[tuple[str, str] | None, str | None]:
+    """(credentials, password to print once) for the launch, or LaunchRefused."""
+    exposed = share or not _loopback(host)
+    if auth is None:
+        if exposed:
+            where = "a public share link" if share else f"--host {host}"
+            raise LaunchRefused(f"Refusing to start with {where} and no login: add --auth USER:PASSWORD "
+                                f"(or --auth generate for a random password printed once).")
+        return None, None
+    if auth == "generate":
+        password = secrets.token_urlsafe(12)
+        return ("trainer", password), password
+    user, sep, password = auth.partition(":")
+    if not sep or not user or len(password) < 8:
+        raise LaunchRefused("--auth must be USER:PASSWORD with a password of at least 8 characters "
+                            "(or --auth generate).")
+    return (user, password), None
+
+
+def serve(ctx: Ctx, host: str = "127.0.0.1", port: int = 8655, share: bool = False, auth: str | None = None,
+          open_browser: bool = True, block: bool = True) -> tuple[gr.Blocks, str]:
+    credentials, shown = launch_policy(host, share, auth)
+    app = build_app(ctx)
+    app.queue(default_concurrency_limit=4)
+    _, local_url, share_url = app.launch(
+        server_name=host, server_port=port, share=share, auth=credentials, ssr_mode=False, run_history=False,
+        prevent_thread_lock=True, quiet=True, show_error=True, inbrowser=False,
+        blocked_paths=[str(user_dir())], max_file_size="1mb", enable_monitoring=False)
+    url = share_url or local_url
+    print(f"gguf-trainer {__version__} at {local_url}" + (f" (public link: {share_url})" if share_url else ""), flush=True)
+    if shown:
+        print(f"login: user 'trainer', password {shown} (shown once; restart to change it)", flush=True)
+    if open_browser:
+        webbrowser.open(local_url)
+    if block:
+        try:
+            app.block_thread()
+        finally:
+            ctx.supervisor.close()
+    return app, url
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gguf-trainer serve` / `python app.py` (the CLI parsed the arguments)."""
+    try:
+        launch_policy(args.host, args.share, args.auth if args.auth != "generate" else "generate")
+    except LaunchRefused as e:
+        print(f"gguf-trainer: {e}", file=sys.stderr)
+        return 2
+    ctx = make_context(args.projects_root, allow=args.allow_dir)
+    if args.demo:
+        root = setup_tab.run_demo(ctx)[0]
+        print(f"demo: {root or 'could not be started (see the GUI)'}", flush=True)
+    serve(ctx, args.host, args.port, args.share, args.auth, open_browser=not args.no_browser)
+    return 0

@@ -1,0 +1,23 @@
+"""What every tab's handlers share: the Supervisor, the path policy and the app's options.
+Built once per app by `ui.app.build_app`; nothing here is a module global."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainer_core.supervisor import Supervisor
+
+from .paths import PathPolicy
+
+__all__ = ["Ctx"]
+
+
+@dataclass
+class Ctx:
+    supervisor: Supervisor
+    paths: PathPolicy
+    projects_root: Path
+    demo_root: Path
+    mock_teacher: bool = False            # GGUF_TRAINER_MOCK_TEACHER was set at launch
+    tick_s: float = 1.5
+    notes: list[str] = field(default_factory=list)

@@ -1,0 +1,148 @@
+"""Output: exported files, the evaluation, snapshots with a quality-vs-steps plot, kept steps
+(Export / Delete), the ggk command with Copy, and Export GGUF (regenerate from best.pt).
+Everything shown comes from the Supervisor's view (its status report), read on a tick."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from trainer_core.errors import TrainerError
+from trainer_core.project import Project
+from trainer_core.runner import runtime_status
+from trainer_core.snapshot import job_status
+
+from .common import banner, fmt_num, fmt_size
+from .context import Ctx
+from .train_tab import request_snapshot
+
+__all__ = ["build", "output_tick", "export_again", "delete_kept_step", "quality_frame"]
+
+FILE_COLUMNS = ["file", "size", "modified"]
+SNAP_COLUMNS = ["step", "of planned", "checkpoint", "val cos", "eval", "file"]
+KEPT_COLUMNS = ["step", "% of planned", "val cos", "size", "kept"]
+EMPTY_QUALITY = pd.DataFrame({"step": [], "value": [], "series": []})
+
+
+def _eval_key(entry: dict[str, Any], names: list[str]) -> tuple[str, float] | None:
+    ev = entry.get("eval") or {}
+    for key in [*names, "cos_centered", "cos_slice", "cos"]:
+        if isinstance(ev.get(key), (int, float)):
+            return key, ev[key]
+    return None
+
+
+def quality_frame(report: dict[str, Any]) -> pd.DataFrame:
+    """Snapshots' val cos (and their first eval metric) against their step."""
+    rows = []
+    for e in report.get("snapshots") or []:
+        if isinstance(e.get("val_cos"), (int, float)):
+            rows.append({"step": e["step"], "value": e["val_cos"], "series": "val cos"})
+        picked = _eval_key(e, report.get("metric_names") or [])
+        if picked:
+            rows.append({"step": e["step"], "value": picked[1], "series": f"eval {picked[0]}"})
+    return pd.DataFrame(rows) if rows else EMPTY_QUALITY
+
+
+def output_tick(ctx: Ctx, project_path: str | None) -> tuple:
+    view = ctx.supervisor.view(project_path)
+    if view is None:
+        return ([], "Nothing exported yet", "no evaluation yet", [], EMPTY_QUALITY, [], gr.update(choices=[]), "")
+    report = view.snapshot()["report"] or {}
+    files = [[f["name"], fmt_size(f["size"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(f["mtime"]))]
+             for f in report.get("outputs") or []]
+    out_note = f"Output folder: `{Path(report.get('export', '')).parent}`" if report.get("export") else ""
+    ev = report.get("eval") or None
+    if ev:
+        names = [k for k in report.get("metric_names") or [] if k in ev] or \
+            [k for k, v in ev.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        eval_md = "\n".join(f"- **{k}**: {fmt_num(ev[k])}" for k in names)
+    else:
+        eval_md = "no evaluation yet"
+    snaps = [[e["step"], e.get("planned_steps"), e.get("checkpoint"), fmt_num(e.get("val_cos")),
+              (lambda k: f"{k[0]} {fmt_num(k[1])}" if k else "–")(_eval_key(e, report.get("metric_names") or [])),
+              Path(e.get("path", "")).name] for e in report.get("snapshots") or []]
+    planned = report.get("planned_steps") or 0
+    kept = report.get("kept_steps") or []
+    kept_rows = [[k["step"], f"{100 * k['step'] / planned:.0f}%" if planned else "–", fmt_num(k.get("val_cos")),
+                  fmt_size(k.get("size")), time.strftime("%Y-%m-%d %H:%M", time.localtime(k.get("time", 0)))]
+                 for k in kept]
+    choices = [(f"step {k['step']}", f"step{k['step']}") for k in kept]
+    return (files, out_note, eval_md, snaps, quality_frame(report), kept_rows, gr.update(choices=choices),
+            report.get("ggk_command") or "")
+
+
+def export_again(ctx: Ctx, project_path: str | None) -> str:
+    """Regenerate the GGUF and its evaluation from best.pt (stages export + eval, forced)."""
+    if not project_path:
+        return banner("Open or create a project first.")
+    try:
+        project = Project.open(project_path)
+        if not (project.checkpoints_dir / "best.pt").is_file():
+            return banner("There is no best.pt yet: train first.")
+        if runtime_status(project)["status"] == "running":
+            return banner("The pipeline is running; export follows training on its own.")
+        pid = ctx.supervisor.start_run(project.root, only=["export", "eval"], force=True)
+    except TrainerError as e:
+        return banner(str(e))
+    return banner(f"Export and evaluation started (pid {pid}).", "ok")
+
+
+def delete_kept_step(ctx: Ctx, project_path: str | None, which: str | None) -> str:
+    if not project_path or not which:
+        return banner("Pick a kept step first.")
+    try:
+        project = Project.open(project_path)
+        if job_status(project).get("status") == "running":
+            return banner("A snapshot export is running; delete kept steps after it finishes.")
+        folder = project.checkpoints_dir / "history"
+        weights = folder / f"{which}.pt"
+        if not which.startswith("step") or not which[4:].isdigit() or not weights.is_file():
+            return banner(f"There is no kept step {which}.")
+        weights.unlink()
+        weights.with_suffix(".json").unlink(missing_ok=True)
+    except TrainerError as e:
+        return banner(str(e))
+    ctx.supervisor.poke(project_path)
+    return banner(f"Deleted kept step {which[4:]}; GGUFs already exported from it stay.", "ok")
+
+
+def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML) -> dict[str, Any]:
+    gr.Markdown("### Exported files")
+    files = gr.Dataframe(headers=FILE_COLUMNS, value=[], interactive=False, elem_id="output-files")
+    out_note = gr.Markdown("")
+    export_btn = gr.Button("Export GGUF (regenerate from best.pt)", elem_id="export-again")
+    gr.Markdown("### Evaluation")
+    eval_md = gr.Markdown("no evaluation yet", elem_id="eval")
+    gr.Markdown("### Snapshots")
+    with gr.Row():
+        snap_ck = gr.Dropdown([("latest step", "last"), ("best validation", "best")], value="last", label="Snapshot of")
+        snap_eval = gr.Checkbox(label="Also evaluate the GGUF on the validation shards", value=True)
+        snap_btn = gr.Button("Export snapshot", elem_id="output-snapshot")
+    snaps = gr.Dataframe(headers=SNAP_COLUMNS, value=[], interactive=False, elem_id="snapshots")
+    quality = gr.LinePlot(EMPTY_QUALITY, x="step", y="value", color="series", title="quality vs steps",
+                          height=240, elem_id="quality-plot")
+    gr.Markdown("### Kept steps")
+    kept = gr.Dataframe(headers=KEPT_COLUMNS, value=[], interactive=False, elem_id="kept-steps")
+    with gr.Row():
+        kept_pick = gr.Dropdown([], label="Kept step", elem_id="kept-pick")
+        kept_export = gr.Button("Export")
+        kept_delete = gr.Button("Delete", variant="stop")
+    gr.Markdown("### Use it in ggk")
+    command = gr.Textbox(label="ggk command", buttons=["copy"], interactive=False, elem_id="ggk-command")
+
+    timer = gr.Timer(ctx.tick_s * 2, active=True)
+    outputs = [files, out_note, eval_md, snaps, quality, kept, kept_pick, command]
+    timer.tick(lambda p: output_tick(ctx, p), [project_state], outputs, queue=False, show_progress="hidden",
+               api_name="output_tick")
+    export_btn.click(lambda p: export_again(ctx, p), [project_state], [top_banner], api_name="export_again")
+    snap_btn.click(lambda p, c, e: request_snapshot(ctx, p, c, e), [project_state, snap_ck, snap_eval], [top_banner],
+                   api_name=False)
+    kept_export.click(lambda p, w, e: request_snapshot(ctx, p, w, e), [project_state, kept_pick, snap_eval],
+                      [top_banner], api_name=False)
+    kept_delete.click(lambda p, w: delete_kept_step(ctx, p, w), [project_state, kept_pick], [top_banner],
+                      api_name="delete_kept_step", api_visibility="private")
+    return {"files": files}

@@ -1,0 +1,161 @@
+"""The settings form of the Setup tab, generated from the settings dataclasses: one field per
+setting, with the pack's defaults, saved through `Project.update_settings` (the same
+validation as the CLI) and every problem shown on its own field."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from trainer_core.config import SECTIONS, ConfigError, Settings
+from trainer_core.project import Project
+
+__all__ = ["FormField", "FIELDS", "build_fields", "form_values", "form_assignments", "problem_updates",
+           "IMAGE_ONLY", "SECTION_TITLES"]
+
+SECTION_TITLES = {"corpus": "Corpus", "precompute": "Precompute", "train": "Training", "export": "Output"}
+# corpus settings that only image packs read
+IMAGE_ONLY = {"image_presets", "image_folders", "n_image", "n_two", "n_text", "n_val_image", "n_val_text",
+              "ref_areas", "two_image_max_area"}
+TEXT_ONLY = {"mode", "presets", "extra_files", "train_file", "val_file", "n_train", "n_val"}
+
+
+@dataclass(frozen=True)
+class FormField:
+    key: str                 # "train.steps", or "name" for top-level settings
+    label: str
+    kind: str                # "bool" | "choice" | "subset" | "list" | "text"
+    options: tuple[str, ...]
+    help: str
+
+    @property
+    def section(self) -> str:
+        return self.key.split(".")[0] if "." in self.key else ""
+
+
+def _fields() -> list[FormField]:
+    out = [FormField("name", "Adapter name", "text", (), "the exported file is <name>-f16.gguf"),
+           FormField("auto_resume", "Resume automatically after a reboot (gguf-trainer --auto-resume)", "bool", (), "")]
+    for section, cls in SECTIONS.items():
+        defaults = cls()
+        for f in dataclasses.fields(cls):
+            parse = f.metadata.get("parse")
+            options = tuple(getattr(parse, "options", ()))
+            value = getattr(defaults, f.name)
+            if isinstance(value, bool):
+                kind = "bool"
+            elif options and isinstance(value, list):
+                kind = "subset"
+            elif options:
+                kind = "choice"
+            elif isinstance(value, list):
+                kind = "list"
+            else:
+                kind = "text"
+            out.append(FormField(f"{section}.{f.name}", f.name.replace("_", " "), kind, options,
+                                 f.metadata.get("help", "")))
+    return out
+
+
+FIELDS: tuple[FormField, ...] = tuple(_fields())
+
+
+def build_fields() -> dict[str, gr.components.Component]:
+    """The components, in FIELDS order, inside one accordion per section (call inside Blocks)."""
+    comps: dict[str, gr.components.Component] = {}
+    for field in FIELDS[:2]:
+        comps[field.key] = _component(field)
+    for section in SECTIONS:
+        with gr.Accordion(SECTION_TITLES[section], open=section in ("corpus", "train")):
+            with gr.Row(equal_height=False):
+                col = 0
+                columns = [gr.Column(min_width=240) for _ in range(3)]
+                for field in FIELDS:
+                    if field.section != section:
+                        continue
+                    with columns[col % 3]:
+                        comps[field.key] = _component(field)
+                    col += 1
+    return comps
+
+
+def _component(field: FormField) -> gr.components.Component:
+    elem_id = "set-" + field.key.replace(".", "-").replace("_", "-")
+    if field.kind == "bool":
+        return gr.Checkbox(label=field.label, info=field.help or None, elem_id=elem_id)
+    if field.kind == "choice":
+        return gr.Dropdown(list(field.options), label=field.label, info=field.help or None, elem_id=elem_id)
+    if field.kind == "subset":
+        return gr.CheckboxGroup(list(field.options), label=field.label, info=field.help or None, elem_id=elem_id)
+    return gr.Textbox(label=field.label, info=field.help or None, elem_id=elem_id, max_lines=1)
+
+
+def _value_of(settings: Settings, key: str) -> Any:
+    obj: Any = settings
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _shown(field: FormField, value: Any) -> Any:
+    if field.kind in ("bool", "choice", "subset"):
+        return value
+    if field.kind == "list":
+        return json.dumps(value)
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def form_values(project: Project) -> list[Any]:
+    """The form's values for the project, in FIELDS order."""
+    return [_shown(f, _value_of(project.settings, f.key)) for f in FIELDS]
+
+
+def form_assignments(project: Project, values: list[Any]) -> list[str]:
+    """`key=value` for every field whose value differs from the saved settings."""
+    out = []
+    for field, value in zip(FIELDS, values):
+        current = _shown(field, _value_of(project.settings, field.key))
+        if value == current or (value is None and field.kind != "bool"):
+            continue
+        if field.kind == "bool":
+            text = "true" if value else "false"
+        elif field.kind == "subset":
+            text = json.dumps(list(value or []))
+        else:
+            text = str(value).strip()
+        out.append(f"{field.key}={text}")
+    return out
+
+
+def problem_updates(error: ConfigError | None) -> list[Any]:
+    """One update per field: the problem that names it in its info line, else its help."""
+    problems = list(error.problems) if error else []
+    updates = []
+    for field in FIELDS:
+        mine = [p for p in problems if p.startswith(field.key + " ") or p.startswith(f'"{field.key}')
+                or p.startswith(f"{field.key} (")]
+        info = ("⚠ " + "; ".join(mine)) if mine else (field.help or None)
+        updates.append(gr.update(info=info))
+    return updates
+
+
+def visibility_updates(project: Project) -> list[Any]:
+    """Image-only corpus fields on image packs, text-only ones on text packs."""
+    image = project.pack.corpus_kind == "image"
+    updates = []
+    for field in FIELDS:
+        name = field.key.split(".")[-1]
+        if field.section == "corpus" and name in IMAGE_ONLY:
+            updates.append(gr.update(visible=image))
+        elif field.section == "corpus" and name in TEXT_ONLY:
+            updates.append(gr.update(visible=not image))
+        elif field.key == "export.export_sigvq":
+            updates.append(gr.update(visible=project.pack.id == "llada_image"))
+        else:
+            updates.append(gr.update())
+    return updates

@@ -1,0 +1,292 @@
+"""Setup: create or open a project, its materials, every setting, and Start / Resume."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from trainer_core.config import ConfigError
+from trainer_core.errors import TrainerError
+from trainer_core.packs import PACKS, get_pack
+from trainer_core.project import Project, folder_is_project, last_project, remember_last_project
+from trainer_core.runner import runtime_status
+from trainer_core.shards import shard_files
+
+from .common import banner, fmt_size
+from .context import Ctx
+from .paths import PathRefused
+from .settings_form import FIELDS, build_fields, form_assignments, form_values, problem_updates, visibility_updates
+
+__all__ = ["build", "open_project", "create_project", "save_settings", "start_run", "run_demo", "materials_rows",
+           "disk_estimate", "start_label", "browse", "ProjectView"]
+
+MATERIAL_COLUMNS = ["material", "required", "status", "where", "size"]
+
+
+# ------------------------------------------------------------ pure helpers
+
+def materials_rows(project: Project) -> list[list[str]]:
+    """One row per material of the pack: ready when its files are on disk."""
+    rows = []
+    for m in project.pack.materials:
+        try:
+            path = project.pack.resolve_material(project, m.id)
+        except TrainerError:
+            path = None
+        present = bool(path) and (path.is_file() or (path.is_dir() and any(path.iterdir())))
+        rows.append([m.title, "required" if m.required else "optional", "ready" if present else "missing",
+                     str(path) if path else (m.hint or "pick a file"), m.size_hint or ""])
+    return rows
+
+
+def missing_required(project: Project) -> list[str]:
+    return [row[0] for row, m in zip(materials_rows(project), project.pack.materials)
+            if m.required and row[2] != "ready"]
+
+
+def disk_estimate(project: Project) -> str:
+    """Bytes the shards will take: measured from the shards written so far, else from the
+    pack's row shapes (2 bytes a value, about 60 student tokens a prompt)."""
+    c = project.settings.corpus
+    samples = (c.n_image + c.n_two + c.n_text + c.n_val_image + c.n_val_text) if project.pack.corpus_kind == "image" \
+        else c.n_train + c.n_val
+    files = shard_files(project, "train") + shard_files(project, "val")
+    if files:
+        from trainer_core.shards import Shard
+        done = sum(len(Shard(f)) for f in files)
+        per = sum(f.stat().st_size for f in files) / max(done, 1)
+        how = f"measured on {done} samples"
+    else:
+        try:
+            dims = project.pack.teacher_dims(project)
+        except TrainerError:
+            return f"Shards on disk: estimated after the first shard, for {samples} samples, under {project.root / 'shards'}"
+        rows = dims.get("num_queries") or 60
+        per = 60 * 1024 * 2 + rows * dims["out_dim"] * 2
+        how = "estimated from the pack's shapes"
+    return (f"Shards on disk: ≈ {fmt_size(int(per * samples))} for {samples} samples "
+            f"({fmt_size(int(per))} each, {how}), under {project.root / 'shards'}")
+
+
+def start_label(status: str) -> str:
+    return {"running": "Pipeline running…", "done": "Run again (skips finished stages)",
+            "stopped": "Resume pipeline", "failed": "Resume pipeline",
+            "interrupted": "Resume pipeline"}.get(status, "Start pipeline")
+
+
+def browse(ctx: Ctx, folder: str, kind: str) -> tuple[str, Any, str]:
+    """(the folder shown, the entries as radio choices, a banner)."""
+    try:
+        shown, entries = ctx.paths.browse(folder or str(ctx.projects_root), kind)
+    except PathRefused as e:
+        return folder, gr.update(choices=[], value=None), banner(str(e))
+    choices = [("📁 .. (up)", str(shown.parent))] if any(shown.parent == r or r in shown.parent.parents
+                                                          for r in ctx.paths.roots) else []
+    for e in entries:
+        label = ("📁 " + e.name + ("  [project]" if e.is_project else "")) if e.is_dir else f"📄 {e.name}  ({fmt_size(e.size)})"
+        choices.append((label, e.path))
+    return str(shown), gr.update(choices=choices, value=None), ""
+
+
+class ProjectView:
+    """The outputs every project-changing handler returns, in the order `build` wires them."""
+
+    @staticmethod
+    def of(ctx: Ctx, project: Project | None, message: str = "", kind: str = "notice",
+           error: ConfigError | None = None) -> tuple:
+        if project is None:
+            return (None, banner(message, kind), "No project open", *[gr.update() for _ in FIELDS],
+                    gr.update(value=[]), "", gr.update(value="Start pipeline", interactive=False), gr.update())
+        values = form_values(project)
+        infos = problem_updates(error)
+        vis = visibility_updates(project)
+        fields = [gr.update(value=v, info=i.get("info"), **({"visible": s["visible"]} if "visible" in s else {}))
+                  for v, i, s in zip(values, infos, vis)]
+        status = runtime_status(project)["status"]
+        token = ("a token is saved (hidden); type a new one to replace it" if project.settings.hf_token
+                 else "hf_… (only for gated or private repos)")
+        title = (f"**{project.settings.name}** · {project.pack.title} · `{project.root}` · status **{status}**")
+        return (str(project.root), banner(message, kind), title, *fields, gr.update(value=materials_rows(project)),
+                disk_estimate(project), gr.update(value=start_label(status), interactive=status != "running"),
+                gr.update(value="", placeholder=token))
+
+
+# ------------------------------------------------------------ handlers
+
+def open_project(ctx: Ctx, path_text: str) -> tuple:
+    try:
+        path = ctx.paths.check(path_text, "project folder")
+        project = Project.open(path)
+    except (PathRefused, TrainerError) as e:
+        return ProjectView.of(ctx, None, str(e), "error")
+    remember_last_project(project.root)
+    ctx.paths.allow(project.output_dir())
+    ctx.supervisor.attach(project.root)
+    note = ""
+    if runtime_status(project)["status"] == "interrupted":
+        note = (f"{project.settings.name} was running when its process died (a reboot?). "
+                f"Press Start / Resume to continue from the last checkpoint.")
+    return ProjectView.of(ctx, project, note)
+
+
+def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str) -> tuple:
+    try:
+        pack = get_pack(pack_id)
+        root = ctx.paths.check(root_text or str(ctx.projects_root), "projects root")
+        folder = (name or "").strip() or pack.default_folder
+        if os.sep in folder or folder in (".", ".."):
+            raise PathRefused(f"The adapter name {folder!r} must be a plain folder name, without slashes.")
+        project = Project.create(root / folder, pack.id, name=(name or "").strip() or None)
+    except (PathRefused, TrainerError) as e:
+        return ProjectView.of(ctx, None, str(e), "error")
+    remember_last_project(project.root)
+    ctx.paths.allow(project.output_dir())
+    ctx.supervisor.attach(project.root)
+    return ProjectView.of(ctx, project, f"Created {project.root}.", "ok")
+
+
+def save_settings(ctx: Ctx, project_path: str | None, token: str, *values: Any) -> tuple:
+    if not project_path:
+        return ProjectView.of(ctx, None, "Open or create a project first.", "error")
+    try:
+        project = Project.open(project_path)
+    except TrainerError as e:
+        return ProjectView.of(ctx, None, str(e), "error")
+    assignments = form_assignments(project, list(values))
+    if token and token.strip():
+        assignments.append(f"hf_token={token.strip()}")
+    if not assignments:
+        return ProjectView.of(ctx, project, "Nothing to save: the settings are unchanged.")
+    try:
+        project.update_settings(assignments)
+    except ConfigError as e:
+        view = list(ProjectView.of(ctx, project, f"Not saved: {e}", "error", error=e))
+        # keep what the user typed in the fields, so they can correct it
+        for i, value in enumerate(values):
+            view[3 + i] = gr.update(value=value, info=view[3 + i].get("info"))
+        return tuple(view)
+    ctx.supervisor.poke(project.root)
+    return ProjectView.of(ctx, project, f"Saved {len(assignments)} setting(s).", "ok")
+
+
+def start_run(ctx: Ctx, project_path: str | None, anyway: bool = False) -> tuple[str, Any]:
+    """(banner, the confirm button's visibility): a warning first when required materials are missing."""
+    if not project_path:
+        return banner("Open or create a project first."), gr.update(visible=False)
+    try:
+        project = Project.open(project_path)
+        missing = [] if anyway or project.settings.precompute.mock_teacher else missing_required(project)
+        if missing:
+            return (banner("Required materials are not ready: " + ", ".join(missing) +
+                           ". Provide them, or press Start anyway.", "notice"), gr.update(visible=True))
+        pid = ctx.supervisor.start_run(project.root)
+    except TrainerError as e:
+        return banner(str(e)), gr.update(visible=False)
+    return banner(f"Pipeline started (pid {pid}); follow it on the Train tab.", "ok"), gr.update(visible=False)
+
+
+def run_demo(ctx: Ctx) -> tuple:
+    """Build the demo project (once) under the demo folder and start it."""
+    from trainer_core.demo import build_demo
+    root = ctx.demo_root / get_pack("t5xxl_pixart").default_folder
+    try:
+        project = Project.open(root) if folder_is_project(root) else build_demo(root, "t5xxl_pixart")
+        ctx.paths.allow(project.output_dir())
+        remember_last_project(project.root)
+        ctx.supervisor.attach(project.root)
+        status = runtime_status(project)["status"]
+        if status == "running":
+            message = "The demo is already running."
+        else:
+            pid = ctx.supervisor.start_run(project.root)
+            message = f"Demo started (pid {pid}): tiny offline models, every stage, about two minutes on a laptop."
+    except TrainerError as e:
+        return ProjectView.of(ctx, None, str(e), "error")
+    return ProjectView.of(ctx, project, message, "ok")
+
+
+def initial_project(ctx: Ctx) -> tuple:
+    path = last_project()
+    if path is None or not folder_is_project(path):
+        return ProjectView.of(ctx, None, "")
+    try:
+        ctx.paths.check(path, "project folder")
+    except PathRefused:
+        ctx.paths.allow(path)      # the last project the local user opened is theirs to use
+    return open_project(ctx, str(path))
+
+
+# ------------------------------------------------------------ layout
+
+def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML) -> dict[str, Any]:
+    with gr.Row():
+        project_title = gr.Markdown("No project open", elem_id="project-title")
+    with gr.Accordion("Project", open=True):
+        with gr.Row():
+            open_path = gr.Textbox(label="Project folder", placeholder=str(ctx.projects_root / "my_adapter"),
+                                   scale=4, elem_id="open-path")
+            open_btn = gr.Button("Open", scale=1, elem_id="open-btn")
+            demo_btn = gr.Button("Try the demo", variant="primary", scale=1, elem_id="demo-btn")
+        with gr.Accordion("+ New project", open=False):
+            with gr.Row():
+                new_name = gr.Textbox(label="Adapter name", placeholder="pig_<folder>", elem_id="new-name")
+                new_pack = gr.Dropdown([(p.title, p.id) for p in PACKS.values()], value="t5xxl_pixart",
+                                       label="Trainer pack", elem_id="new-pack")
+                new_root = gr.Textbox(label="Projects root", value=str(ctx.projects_root), elem_id="new-root")
+            pack_info = gr.Markdown(PACKS["t5xxl_pixart"].description)
+            create_btn = gr.Button("Create", elem_id="create-btn")
+        with gr.Accordion("File browser", open=False):
+            with gr.Row():
+                browse_dir = gr.Textbox(label="Folder", value=str(ctx.projects_root), scale=4, elem_id="browse-dir")
+                browse_kind = gr.Dropdown([("folders", "dir"), ("models", "model"), ("text", "text"), ("all", "any")],
+                                          value="dir", label="Show", scale=1)
+                browse_btn = gr.Button("Go", scale=1)
+            entries = gr.Radio([], label="Entries (nothing is uploaded: files are used where they are)",
+                               elem_id="browse-entries")
+            with gr.Row():
+                use_open = gr.Button("Open the selected project")
+    with gr.Accordion("Materials", open=True):
+        materials = gr.Dataframe(headers=MATERIAL_COLUMNS, value=[], interactive=False, elem_id="materials")
+        with gr.Row():
+            refresh_mat = gr.Button("Refresh")
+            hf_token = gr.Textbox(label="HF token", type="password", value="", elem_id="hf-token")
+    fields = build_fields()
+    disk = gr.Markdown("", elem_id="disk-estimate")
+    with gr.Row():
+        save_btn = gr.Button("Save settings", elem_id="save-btn")
+        start_btn = gr.Button("Start pipeline", variant="primary", interactive=False, elem_id="setup-start")
+        anyway_btn = gr.Button("Start anyway", variant="stop", visible=False, elem_id="start-anyway")
+
+    view_outputs = [project_state, top_banner, project_title, *fields.values(), materials, disk, start_btn, hf_token]
+    open_btn.click(lambda p: open_project(ctx, p), [open_path], view_outputs, api_name="open_project")
+    create_btn.click(lambda n, k, r: create_project(ctx, n, k, r), [new_name, new_pack, new_root], view_outputs,
+                     api_name="create_project")
+    demo_btn.click(lambda: run_demo(ctx), [], view_outputs, api_name="run_demo")
+    save_btn.click(lambda p, t, *v: save_settings(ctx, p, t, *v), [project_state, hf_token, *fields.values()],
+                   view_outputs, api_name="save_settings")
+    refresh_mat.click(lambda p: open_project(ctx, p) if p else ProjectView.of(ctx, None), [project_state],
+                      view_outputs, api_name=False)
+    start_btn.click(lambda p: start_run(ctx, p), [project_state], [top_banner, anyway_btn], api_name="start")
+    anyway_btn.click(lambda p: start_run(ctx, p, anyway=True), [project_state], [top_banner, anyway_btn],
+                     api_name=False)
+    new_pack.change(lambda k: PACKS[k].description, [new_pack], [pack_info], api_name=False)
+    browse_btn.click(lambda d, k: browse(ctx, d, k), [browse_dir, browse_kind], [browse_dir, entries, top_banner],
+                     api_name="browse")
+    entries.select(_pick_entry(ctx), [entries, browse_kind], [browse_dir, entries, top_banner, open_path],
+                   api_name=False)
+    use_open.click(lambda d: open_project(ctx, d), [open_path], view_outputs, api_name=False)
+    return {"view_outputs": view_outputs, "start_btn": start_btn, "open_path": open_path}
+
+
+def _pick_entry(ctx: Ctx):
+    def pick(path: str | None, kind: str) -> tuple:
+        if not path:
+            return gr.update(), gr.update(), "", gr.update()
+        p = Path(path)
+        if p.is_dir():
+            shown, choices, message = browse(ctx, path, kind)
+            return shown, choices, message, path
+        return gr.update(), gr.update(), "", path
+    return pick

@@ -1,0 +1,262 @@
+"""Train: run control, the stage strip, the live chart and metrics, planned steps, snapshots,
+resets, and live readings of the machine and the pipeline process.
+
+The tick (`train_tick`) copies the Supervisor's view of the project; it reads no file and
+starts no process, and it sends the chart only when the series changed."""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from trainer_core.errors import TrainerError
+from trainer_core.project import Project
+from trainer_core.resets import RESETS, planned_deletions, reset
+from trainer_core.runner import runtime_status
+from trainer_core.snapshot import start_job
+
+from .common import banner, fmt_duration, fmt_num, stage_strip_html
+from .context import Ctx
+
+__all__ = ["build", "train_tick", "apply_steps", "stop_run", "request_snapshot", "preview_reset", "confirm_reset",
+           "chart_frame", "metrics_html", "hardware_html"]
+
+EMPTY_CHART = pd.DataFrame({"step": [], "value": [], "series": []})
+
+
+# ------------------------------------------------------------ rendering a view snapshot
+
+def chart_frame(snap: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame(snap["chart"]) if snap["chart"] else EMPTY_CHART
+
+
+def metrics_html(snap: dict[str, Any]) -> str:
+    p, v = snap.get("last_train") or {}, snap.get("last_val") or {}
+    report = snap.get("report") or {}
+    running = report.get("status") == "running"
+    cells = [("step", f"{p.get('step', '–')} / {p.get('steps', report.get('planned_steps', '–'))}"),
+             ("loss", fmt_num(p.get("loss"))), ("rel_mse", fmt_num(p.get("rel_mse"))), ("cos", fmt_num(p.get("cos"))),
+             ("val cos", fmt_num(v.get("val_cos"))), ("best val cos", fmt_num(v.get("best_val_cos"))),
+             ("lr", f"{p['lr']:.2e}" if isinstance(p.get("lr"), float) else "–"),
+             ("prompts/s", fmt_num(p.get("samples_per_s"), 1))]
+    if running:
+        cells.append(("ETA", fmt_duration(p.get("eta_s"))))
+    ck = report.get("checkpoints") or {}
+    note = "checkpoints: last + best" if ck.get("last") else "no checkpoints yet"
+    return ('<div class="gt-metrics" style="display:flex;gap:14px;flex-wrap:wrap">'
+            + "".join(f'<div><div style="font-size:0.8em;color:#6b7280">{k}</div><div data-metric="{k}">{html.escape(str(val))}</div></div>'
+                      for k, val in cells) + f'</div><div style="font-size:0.85em;color:#6b7280">{note}</div>')
+
+
+def hardware_html(snap: dict[str, Any]) -> str:
+    m, proc = snap.get("machine") or {}, snap.get("process")
+    if not m:
+        return ""
+    parts = [f"CPU {m.get('cpu_threads')} threads, {fmt_num(m.get('cpu_pct'), 0)}%",
+             f"RAM {m.get('ram_used_gib')}/{m.get('ram_total_gib')} GiB"]
+    for g in m.get("gpus") or []:
+        parts.append(f"GPU{g['index']} {html.escape(str(g['name']))}: {g['vram_used_mib']}/{g['vram_total_mib']} MiB, "
+                     f"{g['util_pct']}%, {g['temp_c']}°C · {g['power_w']} W")
+    if m.get("gpus") is None:
+        parts.append("GPU: none detected (nvidia-smi not found)")
+    if m.get("disk_free_gib") is not None:
+        parts.append(f"disk free {m['disk_free_gib']} GiB")
+    if proc:
+        cpu = "measuring…" if proc["cpu_pct"] is None else f"{proc['cpu_pct']}%"
+        parts.append(f"pipeline pid {proc['pid']}: CPU {cpu}, RSS {proc['rss_gib']} GiB, {proc['threads']} threads")
+    return '<div class="gt-hw" style="font-size:0.9em">' + " · ".join(parts) + "</div>"
+
+
+def _status_line(snap: dict[str, Any]) -> str:
+    report = snap.get("report") or {}
+    status = report.get("status", "–")
+    text = f"**{html.escape(str(report.get('name', '')))}** · status **{status}**"
+    if report.get("stage") and status == "running":
+        text += f" · stage {report['stage']}"
+    job = report.get("snapshot_job") or {}
+    if job.get("status") == "running":
+        text += f" · snapshot export: {job.get('phase', 'running')}"
+    elif job.get("status") == "failed":
+        text += f" · last snapshot export failed: {job.get('error')}"
+    if report.get("error") and status == "failed":
+        text += f"\n\nLast error: {report['error']} (see Logs)"
+    return text
+
+
+def _steps_note(snap: dict[str, Any]) -> str:
+    report = snap.get("report") or {}
+    planned = report.get("planned_steps")
+    last = (report.get("checkpoints") or {}).get("last") or {}
+    step = last.get("step")
+    if report.get("status") == "running" and last.get("steps") not in (None, planned):
+        return f"saved {planned}, trainer still on {last.get('steps')} — picked up at the next log interval"
+    if step is not None and planned is not None and step >= planned:
+        return f"checkpoint at step {step} — raise the count and press Start / Resume to train further"
+    if step is not None:
+        return f"checkpoint at step {step} of {planned}"
+    return ""
+
+
+# ------------------------------------------------------------ handlers
+
+def train_tick(ctx: Ctx, project_path: str | None, seen_chart: int) -> tuple:
+    view = ctx.supervisor.view(project_path)
+    if view is None:
+        return ("No project open", "", gr.skip(), "", "", "", gr.skip(), seen_chart,
+                gr.update(visible=True), gr.update(visible=False))
+    snap = view.snapshot()
+    chart = chart_frame(snap) if snap["chart_version"] != seen_chart else gr.skip()
+    running = (snap.get("report") or {}).get("status") == "running"
+    return (_status_line(snap), stage_strip_html(snap.get("report") or {}, snap["progress"]), chart,
+            metrics_html(snap), hardware_html(snap), _steps_note(snap),
+            gr.skip(), snap["chart_version"], gr.update(visible=not running), gr.update(visible=running))
+
+
+def apply_steps(ctx: Ctx, project_path: str | None, value: Any) -> tuple[str, Any]:
+    """Set train.steps; the note says what happens next."""
+    if not project_path:
+        return banner("Open or create a project first."), gr.update()
+    try:
+        steps = int(value)
+        if steps <= 0 or steps != float(value):
+            raise ValueError
+    except (TypeError, ValueError):
+        return banner("Steps must be a positive whole number."), gr.update()
+    try:
+        project = Project.open(project_path)
+        before, after = project.update_settings([f"train.steps={steps}"])
+    except TrainerError as e:
+        return banner(str(e)), gr.update()
+    ctx.supervisor.poke(project.root)
+    last = (project.checkpoints_dir / "last.json")
+    from trainer_core.atomic import read_json
+    step = (read_json(last, {}) or {}).get("step")
+    running = runtime_status(project)["status"] == "running"
+    if before.train.steps == after.train.steps:
+        note = f"train.steps is already {steps}."
+    elif running and step is not None and steps <= step:
+        note = f"Saved {steps}: training finishes at the next log interval, then export and evaluation follow."
+    elif running:
+        note = f"Saved {steps}: the running trainer continues to step {steps}."
+    elif step is not None and steps > step:
+        note = f"Saved {steps}: press Start / Resume to continue from step {step}."
+    elif step is not None:
+        note = f"Saved {steps}: the checkpoint at step {step} already covers it."
+    else:
+        note = f"Saved {steps}."
+    return banner(note, "ok"), gr.update(value=steps)
+
+
+def stop_run(ctx: Ctx, project_path: str | None) -> str:
+    if not project_path:
+        return banner("Open or create a project first.")
+    try:
+        ctx.supervisor.stop_run(project_path)
+    except TrainerError as e:
+        return banner(str(e))
+    return banner("Stop requested — the pipeline saves its checkpoint / finishes the current shard and exits.",
+                  "notice")
+
+
+def request_snapshot(ctx: Ctx, project_path: str | None, checkpoint: str, evaluate: bool) -> str:
+    if not project_path:
+        return banner("Open or create a project first.")
+    try:
+        project = Project.open(project_path)
+        running = runtime_status(project)["status"] == "running"
+        if not running and not (project.checkpoints_dir / "last.pt").is_file():
+            return banner("There is no checkpoint to export yet; start training first.")
+        checkpoint = checkpoint or "last"
+        pid = start_job(project, checkpoint, bool(evaluate), fresh=running and checkpoint == "last")
+    except TrainerError as e:
+        return banner(str(e))
+    ctx.supervisor.poke(project_path)
+    return banner(f"Snapshot export started (pid {pid}); the GGUF appears on the Output tab.", "ok")
+
+
+def preview_reset(project_path: str | None, what: str) -> tuple[str, Any]:
+    if not project_path or not what:
+        return "", gr.update(visible=False)
+    try:
+        paths = planned_deletions(Project.open(project_path), what)
+    except TrainerError as e:
+        return banner(str(e)), gr.update(visible=False)
+    if not paths:
+        return banner(f"Reset {what}: nothing to delete.", "notice"), gr.update(visible=what == "state")
+    items = "".join(f"<li><code>{html.escape(str(p))}</code></li>" for p in paths)
+    return (f'<div class="gt-reset">Reset <b>{what}</b> deletes:<ul>{items}</ul></div>', gr.update(visible=True))
+
+
+def confirm_reset(ctx: Ctx, project_path: str | None, what: str) -> tuple[str, Any]:
+    if not project_path or not what:
+        return "", gr.update(visible=False)
+    try:
+        removed = reset(Project.open(project_path), what)
+    except TrainerError as e:
+        return banner(str(e)), gr.update(visible=False)
+    ctx.supervisor.poke(project_path)
+    return banner(f"Reset {what}: deleted {len(removed)} item(s).", "ok"), gr.update(visible=False)
+
+
+# ------------------------------------------------------------ layout
+
+def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML) -> dict[str, Any]:
+    status = gr.Markdown("No project open", elem_id="train-status")
+    with gr.Row():
+        start_btn = gr.Button("Start / Resume", variant="primary", elem_id="train-start")
+        stop_btn = gr.Button("Stop", variant="stop", visible=False, elem_id="train-stop")
+        snap_ck = gr.Dropdown([("latest step", "last"), ("best validation", "best")], value="last",
+                              label="Snapshot of", scale=1)
+        snap_eval = gr.Checkbox(label="Also evaluate (on the CPU while training runs)", value=False)
+        snap_btn = gr.Button("Export snapshot", elem_id="snapshot-btn")
+    strip = gr.HTML("", elem_id="stage-strip")
+    chart = gr.LinePlot(EMPTY_CHART, x="step", y="value", color="series", title="loss / cos / val cos",
+                        height=300, elem_id="train-chart")
+    metrics = gr.HTML("", elem_id="train-metrics")
+    with gr.Row():
+        steps_box = gr.Number(label="Planned steps", precision=0, minimum=1, scale=2, elem_id="planned-steps")
+        apply_btn = gr.Button("Apply", scale=1, elem_id="apply-steps")
+        steps_note = gr.Markdown("", elem_id="steps-note")
+    with gr.Accordion("Reset…", open=False):
+        with gr.Row():
+            reset_what = gr.Dropdown(list(RESETS), label="What", value=None, elem_id="reset-what")
+            reset_confirm = gr.Button("Delete these", variant="stop", visible=False, elem_id="reset-confirm")
+        reset_list = gr.HTML("")
+    hardware = gr.HTML("", elem_id="live-hardware")
+    seen_chart = gr.State(-1)
+
+    timer = gr.Timer(ctx.tick_s, active=True)
+    timer.tick(lambda p, s: train_tick(ctx, p, s), [project_state, seen_chart],
+               [status, strip, chart, metrics, hardware, steps_note, steps_box, seen_chart, start_btn, stop_btn],
+               queue=False, show_progress="hidden", api_name="train_tick")
+    start_btn.click(_start(ctx), [project_state], [top_banner], api_name="start_resume")
+    stop_btn.click(lambda p: stop_run(ctx, p), [project_state], [top_banner], api_name="stop")
+    apply_btn.click(lambda p, v: apply_steps(ctx, p, v), [project_state, steps_box], [top_banner, steps_box],
+                    api_name="apply_steps")
+    steps_box.submit(lambda p, v: apply_steps(ctx, p, v), [project_state, steps_box], [top_banner, steps_box],
+                     api_name=False)
+    snap_btn.click(lambda p, c, e: request_snapshot(ctx, p, c, e), [project_state, snap_ck, snap_eval], [top_banner],
+                   api_name="snapshot")
+    reset_what.change(preview_reset, [project_state, reset_what], [reset_list, reset_confirm], api_name=False)
+    reset_confirm.click(lambda p, w: confirm_reset(ctx, p, w), [project_state, reset_what], [reset_list, reset_confirm],
+                        api_name="reset", api_visibility="private")
+    return {"steps_box": steps_box, "timer": timer}
+
+
+def _start(ctx: Ctx):
+    def start(project_path: str | None) -> str:
+        from .setup_tab import start_run
+        message, _ = start_run(ctx, project_path, anyway=True)
+        return message
+    return start
+
+
+def load_steps(project_path: str | None) -> Any:
+    if not project_path:
+        return gr.update()
+    try:
+        return gr.update(value=Project.open(project_path).settings.train.steps)
+    except TrainerError:
+        return gr.update()
