@@ -55,17 +55,20 @@ def build_app(ctx: Ctx) -> gr.Blocks:
         project_state = gr.State(None)
         gr.Markdown(f"## gguf-trainer {__version__} — pig_clip adapters for ggk")
         top_banner = gr.HTML("", elem_id="banner")
+        # the timers live outside the tabs: a timer rendered inside a hidden tab leaves the
+        # plots it updates blank (Gradio 6.31)
+        fast, slow = gr.Timer(ctx.tick_s, active=True), gr.Timer(ctx.tick_s * 2, active=True)
         with gr.Tabs():
             with gr.Tab("Setup", id="setup"):
                 setup = setup_tab.build(ctx, project_state, top_banner)
             with gr.Tab("Train", id="train"):
-                train = train_tab.build(ctx, project_state, top_banner)
+                train = train_tab.build(ctx, project_state, top_banner, fast)
             with gr.Tab("Hardware", id="hardware"):
                 hardware_tab.build(ctx, project_state)
             with gr.Tab("Logs", id="logs"):
-                logs_tab.build(ctx, project_state)
+                logs_tab.build(ctx, project_state, fast)
             with gr.Tab("Output", id="output"):
-                output_tab.build(ctx, project_state, top_banner)
+                output_tab.build(ctx, project_state, top_banner, slow)
         app.load(lambda: setup_tab.initial_project(ctx), [], setup["view_outputs"], api_name=False)
         project_state.change(train_tab.load_steps, [project_state], [train["steps_box"]], api_name=False)
     return app

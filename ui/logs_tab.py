@@ -27,7 +27,7 @@ def log_tick(ctx: Ctx, project_path: str | None, follow: bool, seen: int, cleare
     return text, path, snap["log_version"]
 
 
-def build(ctx: Ctx, project_state: gr.State) -> dict[str, Any]:
+def build(ctx: Ctx, project_state: gr.State, timer: gr.Timer) -> dict[str, Any]:
     path = gr.Markdown("No project open", elem_id="log-path")
     with gr.Row():
         follow = gr.Checkbox(label="follow", value=True, elem_id="log-follow")
@@ -35,7 +35,6 @@ def build(ctx: Ctx, project_state: gr.State) -> dict[str, Any]:
     text = gr.Textbox(lines=28, max_lines=28, autoscroll=True, show_label=False, elem_id="log-text")
     seen = gr.State(-1)
     cleared = gr.State(0)
-    timer = gr.Timer(ctx.tick_s, active=True)
     timer.tick(lambda p, f, s, c: log_tick(ctx, p, f, s, c), [project_state, follow, seen, cleared],
                [text, path, seen], queue=False, show_progress="hidden", api_name="log_tick")
 

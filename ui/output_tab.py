@@ -24,7 +24,10 @@ __all__ = ["build", "output_tick", "export_again", "delete_kept_step", "quality_
 FILE_COLUMNS = ["file", "size", "modified"]
 SNAP_COLUMNS = ["step", "of planned", "checkpoint", "val cos", "eval", "file"]
 KEPT_COLUMNS = ["step", "% of planned", "val cos", "size", "kept"]
-EMPTY_QUALITY = pd.DataFrame({"step": [], "value": [], "series": []})
+# typed columns: an untyped empty frame makes "series" numeric, and the chart keeps a numeric
+# colour scale for the real series that follow
+EMPTY_QUALITY = pd.DataFrame({"step": pd.Series([], dtype="int64"), "value": pd.Series([], dtype="float64"),
+                       "series": pd.Series([], dtype="str")})
 
 
 def _eval_key(entry: dict[str, Any], names: list[str]) -> tuple[str, float] | None:
@@ -110,7 +113,7 @@ def delete_kept_step(ctx: Ctx, project_path: str | None, which: str | None) -> s
     return banner(f"Deleted kept step {which[4:]}; GGUFs already exported from it stay.", "ok")
 
 
-def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML) -> dict[str, Any]:
+def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Timer) -> dict[str, Any]:
     gr.Markdown("### Exported files")
     files = gr.Dataframe(headers=FILE_COLUMNS, value=[], interactive=False, elem_id="output-files")
     out_note = gr.Markdown("")
@@ -134,7 +137,6 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML) -> dict[str, A
     gr.Markdown("### Use it in ggk")
     command = gr.Textbox(label="ggk command", buttons=["copy"], interactive=False, elem_id="ggk-command")
 
-    timer = gr.Timer(ctx.tick_s * 2, active=True)
     outputs = [files, out_note, eval_md, snaps, quality, kept, kept_pick, command]
     timer.tick(lambda p: output_tick(ctx, p), [project_state], outputs, queue=False, show_progress="hidden",
                api_name="output_tick")

@@ -23,7 +23,10 @@ from .context import Ctx
 __all__ = ["build", "train_tick", "apply_steps", "stop_run", "request_snapshot", "preview_reset", "confirm_reset",
            "chart_frame", "metrics_html", "hardware_html"]
 
-EMPTY_CHART = pd.DataFrame({"step": [], "value": [], "series": []})
+# typed columns: an untyped empty frame makes "series" numeric, and the chart keeps a numeric
+# colour scale for the real series that follow
+EMPTY_CHART = pd.DataFrame({"step": pd.Series([], dtype="int64"), "value": pd.Series([], dtype="float64"),
+                       "series": pd.Series([], dtype="str")})
 
 
 # ------------------------------------------------------------ rendering a view snapshot
@@ -202,7 +205,7 @@ def confirm_reset(ctx: Ctx, project_path: str | None, what: str) -> tuple[str, A
 
 # ------------------------------------------------------------ layout
 
-def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML) -> dict[str, Any]:
+def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Timer) -> dict[str, Any]:
     status = gr.Markdown("No project open", elem_id="train-status")
     with gr.Row():
         start_btn = gr.Button("Start / Resume", variant="primary", elem_id="train-start")
@@ -227,7 +230,6 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML) -> dict[str, A
     hardware = gr.HTML("", elem_id="live-hardware")
     seen_chart = gr.State(-1)
 
-    timer = gr.Timer(ctx.tick_s, active=True)
     timer.tick(lambda p, s: train_tick(ctx, p, s), [project_state, seen_chart],
                [status, strip, chart, metrics, hardware, steps_note, steps_box, seen_chart, start_btn, stop_btn],
                queue=False, show_progress="hidden", api_name="train_tick")
