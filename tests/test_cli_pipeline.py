@@ -170,3 +170,13 @@ def test_start_steps_sets_then_launches(text_project, run_cli):
         pass
     assert json.loads((text_project / "project.json").read_text())["train"]["steps"] == 40000
     assert json.loads((text_project / "state.json").read_text())["status"] == "done"
+
+
+def test_set_never_echoes_the_hub_token(tmp_path, run_cli):
+    root = tmp_path / "p"
+    assert run_cli("new", "--project", str(root), "--pack", "t5xxl_pixart").returncode == 0
+    r = run_cli("set", "--project", str(root), "--set", "hf_token=hf_DoNotPrintMe")
+    assert r.returncode == 0 and "hf_token: set (hidden)" in r.stdout
+    assert "hf_DoNotPrintMe" not in r.stdout + r.stderr
+    status = run_cli("status", "--project", str(root), "--json")
+    assert "hf_DoNotPrintMe" not in status.stdout

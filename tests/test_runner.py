@@ -187,7 +187,7 @@ def test_kill_command_kills_driver_and_stage(fifo_project, run_cli):
 
 def test_auto_resume_relaunches_only_an_interrupted_last_project(fifo_project, run_cli):
     root, fifo, source = fifo_project
-    r = run_cli("--auto-resume")
+    r = run_cli("--auto-resume", "--no-gui")
     assert r.returncode == 0 and "relaunched" not in r.stdout  # idle: nothing to resume
 
     r = run_cli("start", "--project", str(root))
@@ -199,12 +199,12 @@ def test_auto_resume_relaunches_only_an_interrupted_last_project(fifo_project, r
         f.write(source.read_bytes())
     wait_exit(stage_pid, 60)
 
-    r = run_cli("--auto-resume")
+    r = run_cli("--auto-resume", "--no-gui")
     assert r.returncode == 0 and "relaunched" in r.stdout, r.stderr
     pid = int(re.search(r"\(pid (\d+)\)", r.stdout).group(1))
     wait_exit(pid)
     assert final_status(root) == "failed"
-    r = run_cli("--auto-resume")
+    r = run_cli("--auto-resume", "--no-gui")
     assert "relaunched" not in r.stdout  # failed is not interrupted
 
 

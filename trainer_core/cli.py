@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="relaunch the last project if its run was interrupted")
     serve.add_argument("--demo", action="store_true",
                        help="build (once) and run the demo project on tiny offline models")
+    serve.add_argument("--no-gui", action="store_true",
+                       help="with --auto-resume: relaunch the interrupted run and exit (for a boot script)")
     serve.add_argument("--share", action="store_true", help="a public gradio.live link (needs --auth)")
     serve.add_argument("--auth", metavar="USER:PASSWORD",
                        help="require a login; 'generate' prints a random password once (needed for --share "
@@ -150,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.auto_resume:
         auto_resume()
+    if args.no_gui:
+        if not args.auto_resume:
+            print("--no-gui only makes sense with --auto-resume", file=sys.stderr)
+            return 2
+        return 0
     from ui.app import main as serve_main      # gradio only here: the CLI stays light
     return serve_main(args)
 
@@ -303,6 +310,9 @@ def cmd_set(args: argparse.Namespace) -> int:
     b, a = _flatten(before.to_dict()), _flatten(after.to_dict())
     changed = [key for key in a if a[key] != b.get(key)]
     for key in changed:
+        if key == "hf_token":          # a secret: never echoed to a terminal or a log
+            print("hf_token: " + ("set (hidden)" if a[key] else "cleared"))
+            continue
         print(f"{key}: {json.dumps(b.get(key))} -> {json.dumps(a[key])}")
     if not changed:
         print("no setting changed")

@@ -70,6 +70,36 @@ def disk_estimate(project: Project) -> str:
             f"({fmt_size(int(per))} each, {how}), under {project.root / 'shards'}")
 
 
+PATH_SETTINGS = {"export.output_dir", "export.copy_to", "corpus.train_file", "corpus.val_file"}
+PATH_LIST_SETTINGS = {"corpus.extra_files", "corpus.image_folders"}
+
+
+def path_problems(ctx: Ctx, project: Project, assignments: list[str]) -> list[str]:
+    """Path settings must point inside the allowed roots (relative ones are taken from the
+    project folder), like every path the GUI takes; one problem per refused setting."""
+    import json
+    problems = []
+    for text in assignments:
+        key, _, value = text.partition("=")
+        if key in PATH_SETTINGS:
+            paths = [value] if value.strip() else []
+        elif key in PATH_LIST_SETTINGS:
+            try:
+                parsed = json.loads(value) if value.strip().startswith("[") else value.split(",")
+            except ValueError:
+                continue                      # the settings validation reports the format
+            paths = [p for p in parsed if isinstance(p, str) and p.strip()]
+        else:
+            continue
+        for path in paths:
+            try:
+                ctx.paths.check(project.resolve_user_path(path.strip()), key)
+            except PathRefused as e:
+                problems.append(f"{key} {e}")
+                break
+    return problems
+
+
 def start_label(status: str) -> str:
     return {"running": "Pipeline running…", "done": "Run again (skips finished stages)",
             "stopped": "Resume pipeline", "failed": "Resume pipeline",
@@ -122,7 +152,6 @@ def open_project(ctx: Ctx, path_text: str) -> tuple:
     except (PathRefused, TrainerError) as e:
         return ProjectView.of(ctx, None, str(e), "error")
     remember_last_project(project.root)
-    ctx.paths.allow(project.output_dir())
     ctx.supervisor.attach(project.root)
     note = ""
     if runtime_status(project)["status"] == "interrupted":
@@ -142,7 +171,6 @@ def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str) -> tuple:
     except (PathRefused, TrainerError) as e:
         return ProjectView.of(ctx, None, str(e), "error")
     remember_last_project(project.root)
-    ctx.paths.allow(project.output_dir())
     ctx.supervisor.attach(project.root)
     return ProjectView.of(ctx, project, f"Created {project.root}.", "ok")
 
@@ -155,6 +183,13 @@ def save_settings(ctx: Ctx, project_path: str | None, token: str, *values: Any) 
     except TrainerError as e:
         return ProjectView.of(ctx, None, str(e), "error")
     assignments = form_assignments(project, list(values))
+    refused = path_problems(ctx, project, assignments)
+    if refused:
+        error = ConfigError(refused)
+        view = list(ProjectView.of(ctx, project, f"Not saved: {error}", "error", error=error))
+        for i, value in enumerate(values):
+            view[3 + i] = gr.update(value=value, info=view[3 + i].get("info"))
+        return tuple(view)
     if token and token.strip():
         assignments.append(f"hf_token={token.strip()}")
     if not assignments:
@@ -193,7 +228,6 @@ def run_demo(ctx: Ctx) -> tuple:
     root = ctx.demo_root / get_pack("t5xxl_pixart").default_folder
     try:
         project = Project.open(root) if folder_is_project(root) else build_demo(root, "t5xxl_pixart")
-        ctx.paths.allow(project.output_dir())
         remember_last_project(project.root)
         ctx.supervisor.attach(project.root)
         status = runtime_status(project)["status"]

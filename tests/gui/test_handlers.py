@@ -180,3 +180,22 @@ def test_output_lists_exports_evaluation_and_the_command(ctx):
     assert snaps == [] and kept == []
     assert "no kept step" in output_tab.delete_kept_step(ctx, out[0], "step5").lower()
     assert "best.pt" in output_tab.export_again(ctx, out[0])
+
+
+def test_path_settings_outside_the_roots_are_refused_on_their_field(ctx):
+    out = _create(ctx)
+    roots = ctx.paths.roots
+    values = _values(out)
+    values[KEYS.index("export.output_dir")] = "/"
+    values[KEYS.index("corpus.extra_files")] = '["materials/ok.txt", "../../../../../etc/passwd"]'
+    saved = setup_tab.save_settings(ctx, out[0], "", *values)
+    assert "Not saved" in saved[1]
+    infos = {k: u.get("info") or "" for k, u in zip(KEYS, saved[3:3 + len(FIELDS)])}
+    assert infos["export.output_dir"].startswith("⚠") and infos["corpus.extra_files"].startswith("⚠")
+    project = Project.open(out[0])
+    assert project.settings.export.output_dir == "" and project.settings.corpus.extra_files == []
+    values = _values(out)
+    values[KEYS.index("corpus.extra_files")] = '["materials/ok.txt"]'       # inside the project: fine
+    assert "Saved" in setup_tab.save_settings(ctx, out[0], "", *values)[1]
+    setup_tab.open_project(ctx, out[0])
+    assert ctx.paths.roots == roots                                          # settings never widen them

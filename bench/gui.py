@@ -1,0 +1,146 @@
+"""GUI responsiveness: how long `python app.py` takes to answer its first page, and how long a
+Train-tab tick takes with a 20 000-step metric history.
+
+    PYTHONPATH=. python bench/gui.py [--starts N] [--ticks N] [--steps N]
+
+startup: `python app.py --no-browser --port P` in a fresh process, timed from the spawn to the
+    first HTTP 200 on `/` (polled every 20 ms); the median of --starts runs (default 3).
+tick: a project whose checkpoints/metrics.jsonl holds --steps points (default 20 000, one per
+    step: the worst case, log_every 1) plus a validation point every 500 steps, opened in an
+    app launched on loopback; the Train tab's tick is called through gradio_client (HTTP, as
+    the browser calls it) --ticks times (default 200) in two cases:
+      steady    nothing changed since the last tick (the chart is not re-sent);
+      changing  a new metric point is appended before every tick and the Supervisor has read it,
+                so every tick sends the downsampled chart.
+    `tick_p95_ms` is the p95 of the changing case, the more expensive one.
+The last stdout line is one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def time_startup(home: Path) -> float:
+    port = free_port()
+    env = {**os.environ, "GGUF_TRAINER_HOME": str(home), "PYTHONPATH": str(REPO)}
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--no-browser", "--port", str(port),
+                             "--projects-root", str(home / "projects")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=home)
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+                    if r.status == 200:
+                        return time.perf_counter() - started
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            if proc.poll() is not None:
+                raise SystemExit(f"app.py exited with {proc.returncode} before answering")
+            time.sleep(0.02)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def write_history(project_root: Path, steps: int) -> None:
+    ck = project_root / "checkpoints"
+    ck.mkdir(parents=True, exist_ok=True)
+    with open(ck / "metrics.jsonl", "w", encoding="utf-8") as f:
+        for s in range(1, steps + 1):
+            f.write(json.dumps({"step": s, "steps": steps, "loss": 2.0 / (1 + s / 500), "cos": 1 - 1 / (1 + s / 800),
+                                "rel_mse": 0.5, "lr": 2e-4, "samples_per_s": 100.0, "eta_s": 10.0,
+                                "time": 1.0}) + "\n")
+    with open(ck / "val.jsonl", "w", encoding="utf-8") as f:
+        for s in range(500, steps + 1, 500):
+            f.write(json.dumps({"step": s, "val_cos": 1 - 1 / (1 + s / 900), "val_rel_mse": 0.4,
+                                "best_val_cos": 1 - 1 / (1 + s / 900), "time": 1.0}) + "\n")
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+
+
+def time_ticks(home: Path, steps: int, ticks: int) -> dict[str, float]:
+    os.environ["GGUF_TRAINER_HOME"] = str(home)
+    sys.path.insert(0, str(REPO))
+    from gradio_client import Client
+
+    from trainer_core.project import Project
+    from ui.app import make_context, serve
+    ctx = make_context(home / "projects", demo_root=home / "demo")
+    project = Project.create(ctx.projects_root / "history", "t5xxl_pixart")
+    write_history(project.root, steps)
+    app, url = serve(ctx, port=free_port(), open_browser=False, block=False)
+    try:
+        client = Client(url, verbose=False)
+        client.predict(str(project.root), api_name="/open_project")
+        view = ctx.supervisor.view(project.root)
+        client.predict(api_name="/train_tick")                        # the first tick sends the chart
+        steady, changing = [], []
+        for _ in range(ticks):
+            t0 = time.perf_counter()
+            client.predict(api_name="/train_tick")
+            steady.append((time.perf_counter() - t0) * 1e3)
+        metrics = project.checkpoints_dir / "metrics.jsonl"
+        for i in range(ticks):
+            with open(metrics, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": steps + i + 1, "loss": 0.5, "cos": 0.9}) + "\n")
+            view.refresh()                                            # what the Supervisor thread does
+            t0 = time.perf_counter()
+            out = client.predict(api_name="/train_tick")
+            changing.append((time.perf_counter() - t0) * 1e3)
+        chart_rows = len(out[2]["data"]) if isinstance(out[2], dict) and "data" in out[2] else None
+    finally:
+        app.close()
+        ctx.supervisor.close()
+    return {"tick_p95_ms": round(p95(changing), 2), "tick_median_ms": round(statistics.median(changing), 2),
+            "steady_tick_p95_ms": round(p95(steady), 2), "steady_tick_median_ms": round(statistics.median(steady), 2),
+            "history_points": steps, "chart_rows_sent": chart_rows, "ticks": ticks}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--starts", type=int, default=3)
+    parser.add_argument("--ticks", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=20_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-gui-") as tmp:
+        home = Path(tmp)
+        starts = [time_startup(home) for _ in range(args.starts)]
+        log(f"startup to first 200: {', '.join(f'{s:.2f}' for s in starts)} s")
+        ticks = time_ticks(home, args.steps, args.ticks)
+        log(f"train tick with {args.steps} points: p95 {ticks['tick_p95_ms']} ms (chart re-sent), "
+            f"steady p95 {ticks['steady_tick_p95_ms']} ms")
+    figures = {"startup_s": round(statistics.median(starts), 2), "startup_runs_s": [round(s, 2) for s in starts],
+               **ticks}
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
