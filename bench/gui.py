@@ -7,12 +7,14 @@ startup: `python app.py --no-browser --port P` in a fresh process, timed from th
     first HTTP 200 on `/` (polled every 20 ms); the median of --starts runs (default 3).
 tick: a project whose checkpoints/metrics.jsonl holds --steps points (default 20 000, one per
     step: the worst case, log_every 1) plus a validation point every 500 steps, opened in an
-    app launched on loopback; the Train tab's tick is called through gradio_client (HTTP, as
-    the browser calls it) --ticks times (default 200) in two cases:
+    app launched on loopback; the Train tab's tick is called the way the browser calls it (an
+    HTTP POST to /gradio_api/run/predict in the page's session) --ticks times (default 200) in
+    two cases:
       steady    nothing changed since the last tick (the chart is not re-sent);
       changing  a new metric point is appended before every tick and the Supervisor has read it,
                 so every tick sends the downsampled chart.
-    `tick_p95_ms` is the p95 of the changing case, the more expensive one.
+    `tick_p95_ms` is the p95 of the changing case, the more expensive one. The same tick through
+    gradio_client (which speaks the queue protocol, with its own round trips) is reported too.
 The last stdout line is one JSON object.
 """
 from __future__ import annotations
@@ -86,6 +88,8 @@ def p95(values: list[float]) -> float:
 
 
 def time_ticks(home: Path, steps: int, ticks: int) -> dict[str, float]:
+    """Ticks as the browser sends them: POST /gradio_api/run/predict with the session's hash
+    (the tick is an unqueued event), the session's State held by the server."""
     os.environ["GGUF_TRAINER_HOME"] = str(home)
     sys.path.insert(0, str(REPO))
     from gradio_client import Client
@@ -97,29 +101,49 @@ def time_ticks(home: Path, steps: int, ticks: int) -> dict[str, float]:
     write_history(project.root, steps)
     app, url = serve(ctx, port=free_port(), open_browser=False, block=False)
     try:
-        client = Client(url, verbose=False)
-        client.predict(str(project.root), api_name="/open_project")
-        view = ctx.supervisor.view(project.root)
-        client.predict(api_name="/train_tick")                        # the first tick sends the chart
-        steady, changing = [], []
-        for _ in range(ticks):
+        config = json.loads(urllib.request.urlopen(url + "config", timeout=30).read())
+        fn = {d.get("api_name"): d["id"] for d in config["dependencies"]}
+        session = "bench-gui-session"
+
+        def call(name: str, data: list) -> tuple[float, dict]:
+            body = json.dumps({"fn_index": fn[name], "data": data, "session_hash": session,
+                               "event_data": None, "trigger_id": None}).encode()
+            request = urllib.request.Request(url + "gradio_api/run/predict", data=body,
+                                             headers={"Content-Type": "application/json"})
             t0 = time.perf_counter()
-            client.predict(api_name="/train_tick")
-            steady.append((time.perf_counter() - t0) * 1e3)
+            with urllib.request.urlopen(request, timeout=30) as r:
+                reply = json.loads(r.read())
+            return (time.perf_counter() - t0) * 1e3, reply
+
+        call("open_project", [str(project.root)])
+        view = ctx.supervisor.view(project.root)
+        _, first = call("train_tick", [None, None])                     # the first tick sends the chart
+        chart = first["data"][2]
+        chart_rows = len(chart["data"]) if isinstance(chart, dict) and "data" in chart else None
+        steady = [call("train_tick", [None, None])[0] for _ in range(ticks)]
         metrics = project.checkpoints_dir / "metrics.jsonl"
+        changing = []
         for i in range(ticks):
             with open(metrics, "a", encoding="utf-8") as f:
                 f.write(json.dumps({"step": steps + i + 1, "loss": 0.5, "cos": 0.9}) + "\n")
-            view.refresh()                                            # what the Supervisor thread does
+            view.refresh()                                               # what the Supervisor thread does
+            ms, reply = call("train_tick", [None, None])
+            assert isinstance(reply["data"][2], dict), "the changed chart was not re-sent"
+            changing.append(ms)
+        # the same tick through gradio_client (its queue protocol), for comparison
+        client = Client(url, verbose=False)
+        client.predict(str(project.root), api_name="/open_project")
+        via_client = []
+        for _ in range(min(ticks, 50)):
             t0 = time.perf_counter()
-            out = client.predict(api_name="/train_tick")
-            changing.append((time.perf_counter() - t0) * 1e3)
-        chart_rows = len(out[2]["data"]) if isinstance(out[2], dict) and "data" in out[2] else None
+            client.predict(api_name="/train_tick")
+            via_client.append((time.perf_counter() - t0) * 1e3)
     finally:
         app.close()
         ctx.supervisor.close()
     return {"tick_p95_ms": round(p95(changing), 2), "tick_median_ms": round(statistics.median(changing), 2),
             "steady_tick_p95_ms": round(p95(steady), 2), "steady_tick_median_ms": round(statistics.median(steady), 2),
+            "gradio_client_tick_median_ms": round(statistics.median(via_client), 2),
             "history_points": steps, "chart_rows_sent": chart_rows, "ticks": ticks}
 
 
