@@ -99,7 +99,9 @@ def time_ticks(home: Path, steps: int, ticks: int) -> dict[str, float]:
     ctx = make_context(home / "projects", demo_root=home / "demo")
     project = Project.create(ctx.projects_root / "history", "t5xxl_pixart")
     write_history(project.root, steps)
-    app, url = serve(ctx, port=free_port(), open_browser=False, block=False)
+    import contextlib
+    with contextlib.redirect_stdout(sys.stderr):       # stdout carries only the JSON line
+        app, url = serve(ctx, port=free_port(), open_browser=False, block=False)
     try:
         config = json.loads(urllib.request.urlopen(url + "config", timeout=30).read())
         fn = {d.get("api_name"): d["id"] for d in config["dependencies"]}
