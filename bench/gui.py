@@ -141,7 +141,8 @@ def time_ticks(home: Path, steps: int, ticks: int) -> dict[str, float]:
             client.predict(api_name="/train_tick")
             via_client.append((time.perf_counter() - t0) * 1e3)
     finally:
-        app.close()
+        with contextlib.redirect_stdout(sys.stderr):
+            app.close()
         ctx.supervisor.close()
     return {"tick_p95_ms": round(p95(changing), 2), "tick_median_ms": round(statistics.median(changing), 2),
             "steady_tick_p95_ms": round(p95(steady), 2), "steady_tick_median_ms": round(statistics.median(steady), 2),
