@@ -39,7 +39,7 @@ from .status import status_report
 
 __all__ = ["main", "build_parser"]
 
-SUBCOMMANDS = ("serve", "new", "run", "start", "stop", "kill", "status", "set", "packs", "inspect", "infer",
+SUBCOMMANDS = ("serve", "download", "new", "run", "start", "stop", "kill", "status", "set", "packs", "inspect", "infer",
                "demo", "snapshot", "reset")
 
 
@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("--device", help="evaluation device (default: the CPU while training runs)")
     snap.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the trainer's save")
     snap.add_argument("--detach", action="store_true", help="run as a detached job (.snapshot.status)")
+
+    dl = sub.add_parser("download", help="find or fetch the project's missing materials (foreground)")
+    dl.add_argument("--project", required=True, metavar="DIR")
+    dl.add_argument("--id", nargs="+", metavar="ID", help="only these materials (default: every wanted one)")
+    dl.add_argument("--required-only", action="store_true", help="skip optional materials")
 
     rst = sub.add_parser("reset", help="delete a stage's results and everything after them")
     rst.add_argument("--project", required=True, metavar="DIR")
@@ -355,6 +360,74 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_download(args: argparse.Namespace) -> int:
+    """Link copies found on disk, then download what is still missing, in the foreground."""
+    from .locks import FileLock
+    from .materials import (DownloadError, _job_paths, adopt_existing, download, job_running, list_files,
+                            material_status, token_for, wanted)
+    project = Project.open(args.project)
+    for material_id, path in adopt_existing(project):
+        print(f"{material_id}: found and linked {path}")
+    project = Project.open(args.project)
+    ids = set(args.id or [])
+    unknown = ids - {m.id for m in project.pack.materials}
+    if unknown:
+        raise TrainerError(f"{', '.join(sorted(unknown))}: no such material in {project.pack.id}; "
+                           f"choose from {', '.join(m.id for m in project.pack.materials)}.")
+    failed = 0
+    for m in project.pack.materials:
+        if (ids and m.id not in ids) or (not ids and not wanted(project, m)) or (args.required_only and not m.required):
+            continue
+        if m.kind == "local_file":
+            st = material_status(project, m)
+            print(f"{m.id}: {st.status}" + ("" if st.status == "ready" else f" — {m.hint or 'pick the file'} "
+                                             f"(gguf-trainer set --project DIR --set materials.{m.id}.path=FILE)"))
+            continue
+        try:
+            listing = list_files(m, token_for(project))
+        except Exception as e:      # noqa: BLE001 — offline, refused, unknown repo: say which
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            print(f"{m.id}: cannot list {m.repo} on the Hub ({first}); check the network, HF_ENDPOINT or "
+                  f"the token and run the command again", file=sys.stderr)
+            failed += 1
+            continue
+        if material_status(project, m, listing).status == "ready":
+            print(f"{m.id}: ready")
+            continue
+        if job_running(project, m.id):
+            print(f"{m.id}: a detached download is already fetching it")
+            continue
+        lock = FileLock(_job_paths(project, m.id)["lock"])
+        _job_paths(project, m.id)["lock"].parent.mkdir(parents=True, exist_ok=True)
+        if not lock.acquire():
+            print(f"{m.id}: a detached download is already fetching it")
+            continue
+        try:
+            print(f"{m.id}: downloading {m.repo} ({m.size_hint or 'size from the Hub'})", flush=True)
+            download(project, m, _progress_line(m.id))
+            print(f"\r{m.id}: ready" + " " * 40)
+        except DownloadError as e:
+            print(f"\n{m.id}: {e}", file=sys.stderr)
+            failed += 1
+        except KeyboardInterrupt:
+            print(f"\n{m.id}: interrupted; run the same command again to continue where it stopped", file=sys.stderr)
+            return 130
+        finally:
+            lock.release()
+    return 1 if failed else 0
+
+
+def _progress_line(material_id: str):
+    def show(event: dict[str, Any]) -> None:
+        if event.get("type") == "progress" and event.get("total"):
+            pct = 100 * event["count"] / event["total"]
+            rate = event.get("rate") or 0
+            eta = f", ETA {event['eta_s']:.0f} s" if event.get("eta_s") is not None else ""
+            print(f"\r{material_id}: {pct:5.1f}% of {event['total'] / 2**20:.1f} MiB, {rate / 2**20:.1f} MiB/s{eta}   ",
+                  end="", file=sys.stderr, flush=True)
+    return show
+
+
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from .snapshot import LOG_FILE, start_job, take_snapshot
     project = Project.open(args.project)
@@ -465,7 +538,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
 COMMANDS = {"serve": cmd_serve, "new": cmd_new, "run": cmd_run, "start": cmd_start, "stop": cmd_stop,
             "kill": cmd_kill, "status": cmd_status, "set": cmd_set, "packs": cmd_packs,
             "inspect": cmd_inspect, "infer": cmd_infer, "demo": cmd_demo, "snapshot": cmd_snapshot,
-            "reset": cmd_reset}
+            "reset": cmd_reset, "download": cmd_download}
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .atomic import read_json
+from .materials import all_statuses
 from .project import Project
 from .runner import runtime_status
 from .snapshot import job_status, read_manifest
@@ -62,4 +63,5 @@ def status_report(project: Project) -> dict[str, Any]:
             "ggk_command": ggk_command(project) if project.gguf_path().is_file() else None,
             "snapshots": read_manifest(project), "snapshot_job": job_status(project),
             "outputs": output_files(project), "kept_steps": kept_steps(project),
-            "eval": read_json(project.eval_json, None), "metric_names": list(project.pack.metric_names)}
+            "eval": read_json(project.eval_json, None), "metric_names": list(project.pack.metric_names),
+            "materials": [m.to_dict() for m in all_statuses(project, online=False)]}

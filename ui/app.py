@@ -60,7 +60,7 @@ def build_app(ctx: Ctx) -> gr.Blocks:
         fast, slow = gr.Timer(ctx.tick_s, active=True), gr.Timer(ctx.tick_s * 2, active=True)
         with gr.Tabs():
             with gr.Tab("Setup", id="setup"):
-                setup = setup_tab.build(ctx, project_state, top_banner)
+                setup = setup_tab.build(ctx, project_state, top_banner, slow)
             with gr.Tab("Train", id="train"):
                 train = train_tab.build(ctx, project_state, top_banner, fast)
             with gr.Tab("Hardware", id="hardware"):

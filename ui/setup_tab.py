@@ -8,42 +8,28 @@ from typing import Any
 import gradio as gr
 
 from trainer_core.config import ConfigError
+from trainer_core.materials import MaterialStatus, all_statuses
 from trainer_core.errors import TrainerError
 from trainer_core.packs import PACKS, get_pack
 from trainer_core.project import Project, folder_is_project, last_project, remember_last_project
 from trainer_core.runner import runtime_status
 from trainer_core.shards import shard_files
 
+from . import materials_panel
 from .common import banner, fmt_size
 from .context import Ctx
 from .paths import PathRefused
 from .settings_form import FIELDS, build_fields, form_assignments, form_values, problem_updates, visibility_updates
 
-__all__ = ["build", "open_project", "create_project", "save_settings", "start_run", "run_demo", "materials_rows",
+__all__ = ["build", "open_project", "create_project", "save_settings", "start_run", "run_demo", "missing_required",
            "disk_estimate", "start_label", "browse", "ProjectView"]
 
-MATERIAL_COLUMNS = ["material", "required", "status", "where", "size"]
 
 
 # ------------------------------------------------------------ pure helpers
 
-def materials_rows(project: Project) -> list[list[str]]:
-    """One row per material of the pack: ready when its files are on disk."""
-    rows = []
-    for m in project.pack.materials:
-        try:
-            path = project.pack.resolve_material(project, m.id)
-        except TrainerError:
-            path = None
-        present = bool(path) and (path.is_file() or (path.is_dir() and any(path.iterdir())))
-        rows.append([m.title, "required" if m.required else "optional", "ready" if present else "missing",
-                     str(path) if path else (m.hint or "pick a file"), m.size_hint or ""])
-    return rows
-
-
 def missing_required(project: Project) -> list[str]:
-    return [row[0] for row, m in zip(materials_rows(project), project.pack.materials)
-            if m.required and row[2] != "ready"]
+    return [st.title for st in all_statuses(project, online=False) if st.required and st.status != "ready"]
 
 
 def disk_estimate(project: Project) -> str:
@@ -138,7 +124,8 @@ class ProjectView:
         token = ("a token is saved (hidden); type a new one to replace it" if project.settings.hf_token
                  else "hf_… (only for gated or private repos)")
         title = (f"**{project.settings.name}** · {project.pack.title} · `{project.root}` · status **{status}**")
-        return (str(project.root), banner(message, kind), title, *fields, gr.update(value=materials_rows(project)),
+        table = materials_panel.rows(all_statuses(project, online=False))
+        return (str(project.root), banner(message, kind), title, *fields, gr.update(value=table),
                 disk_estimate(project), gr.update(value=start_label(status), interactive=status != "running"),
                 gr.update(value="", placeholder=token))
 
@@ -254,7 +241,17 @@ def initial_project(ctx: Ctx) -> tuple:
 
 # ------------------------------------------------------------ layout
 
-def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML) -> dict[str, Any]:
+def materials_tick(ctx: Ctx, project_path: str | None, selected: str | None) -> tuple:
+    """The materials as the Supervisor last read them (no disk scan, no Hub call)."""
+    view = ctx.supervisor.view(project_path)
+    report = view.snapshot()["report"] if view else None
+    if not report or "materials" not in report:
+        return tuple(gr.skip() for _ in range(5))
+    statuses = [MaterialStatus(**d) for d in report["materials"]]
+    return materials_panel.table_updates(view.project, statuses, selected)
+
+
+def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Timer) -> dict[str, Any]:
     with gr.Row():
         project_title = gr.Markdown("No project open", elem_id="project-title")
     with gr.Accordion("Project", open=True):
@@ -282,10 +279,10 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML) -> dict[str, A
             with gr.Row():
                 use_open = gr.Button("Open the selected project")
     with gr.Accordion("Materials", open=True):
-        materials = gr.Dataframe(headers=MATERIAL_COLUMNS, value=[], interactive=False, elem_id="materials")
-        with gr.Row():
-            refresh_mat = gr.Button("Refresh")
-            hf_token = gr.Textbox(label="HF token", type="password", value="", elem_id="hf-token")
+        panel = materials_panel.build(project_state, top_banner)
+        materials = panel["outputs"][0]
+        hf_token = gr.Textbox(label="HF token (for gated or private repos; never shown again once saved)",
+                              type="password", value="", elem_id="hf-token")
     fields = build_fields()
     disk = gr.Markdown("", elem_id="disk-estimate")
     with gr.Row():
@@ -300,8 +297,12 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML) -> dict[str, A
     demo_btn.click(lambda: run_demo(ctx), [], view_outputs, api_name="run_demo")
     save_btn.click(lambda p, t, *v: save_settings(ctx, p, t, *v), [project_state, hf_token, *fields.values()],
                    view_outputs, api_name="save_settings")
-    refresh_mat.click(lambda p: open_project(ctx, p) if p else ProjectView.of(ctx, None), [project_state],
-                      view_outputs, api_name=False)
+    # an opened project's materials are checked against the Hub once (and found copies linked);
+    # afterwards the slow tick shows the Supervisor's view of them
+    project_state.change(lambda p, s: materials_panel.refresh(p, s), [project_state, panel["pick"]],
+                         panel["outputs"], api_name=False)
+    timer.tick(lambda p, s: materials_tick(ctx, p, s), [project_state, panel["pick"]], panel["outputs"],
+               queue=False, show_progress="hidden", api_name="materials_tick")
     start_btn.click(lambda p: start_run(ctx, p), [project_state], [top_banner, anyway_btn], api_name="start")
     anyway_btn.click(lambda p: start_run(ctx, p, anyway=True), [project_state], [top_banner, anyway_btn],
                      api_name=False)

@@ -6,7 +6,7 @@ import json
 import gradio as gr
 
 from trainer_core.project import Project
-from ui import hardware_tab, logs_tab, output_tab, setup_tab, train_tab
+from ui import hardware_tab, logs_tab, materials_panel, output_tab, setup_tab, train_tab
 from ui.settings_form import FIELDS
 
 KEYS = [f.key for f in FIELDS]
@@ -79,7 +79,8 @@ def test_save_writes_the_changes_and_the_token_never_comes_back(ctx):
 def test_materials_and_disk_estimate(ctx):
     out = _create(ctx)
     project = Project.open(out[0])
-    rows = setup_tab.materials_rows(project)
+    from trainer_core.materials import all_statuses
+    rows = materials_panel.rows(all_statuses(project, online=False))
     assert [r[2] for r in rows] == ["missing"] * len(project.pack.materials)
     assert set(setup_tab.missing_required(project)) == {m.title for m in project.pack.materials if m.required}
     message, anyway = setup_tab.start_run(ctx, out[0])

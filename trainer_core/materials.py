@@ -1,0 +1,454 @@
+"""Materials: what a pack needs on disk, whether it is there, finding copies the user already
+has, and resumable downloads from the Hugging Face Hub.
+
+Status: `ready` / `partial` / `downloading` / `missing`, with bytes and file counts. Online it is
+decided against the Hub's file listing (every file the allow-patterns select must be on disk
+with the listed size); offline, from the disk alone (every pattern matches a file and no
+partial download is left).
+
+Downloads keep one partial file per Hub file (`<dest>/.partial/<path>`) and continue it with an
+HTTP Range request, then check size and sha256 (LFS) or the git blob id (small files) before
+moving it into place, so a kill, a crash or a reboot never costs the bytes already fetched
+(huggingface_hub restarts an interrupted file from byte 0). A read that sees no byte for
+`GGUF_TRAINER_STALL_S` seconds (default 60) is abandoned and resumed where it stopped: the stall
+watchdog. The Hub address is `HF_ENDPOINT` read at call time; the token is the project's
+`hf_token` or `HF_TOKEN` and is never logged.
+
+Jobs: `python -m trainer_core.materials --project DIR --id ID` runs detached, holding
+`materials/.downloads/<id>.lock` for its whole life: a second job for the same material finds the
+lock held and exits at once, so two requests never make two downloads.
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .atomic import atomic_write_json, read_json
+from .errors import TrainerError, UsageError
+from .locks import FileLock
+from .project import Project, default_projects_root
+
+if TYPE_CHECKING:
+    from .packs.base import Material
+
+__all__ = ["HubFile", "MaterialStatus", "list_files", "material_status", "all_statuses", "discover", "adopt_existing",
+           "download", "start_job", "job_running", "wanted", "DownloadError", "MATERIALS_ENV", "PARTIAL_DIR"]
+
+MATERIALS_ENV = "GGUF_TRAINER_MATERIALS"
+STALL_ENV = "GGUF_TRAINER_STALL_S"
+PARTIAL_DIR = ".partial"
+CHUNK = 1 << 20
+
+
+class DownloadError(TrainerError):
+    pass
+
+
+@dataclass(frozen=True)
+class HubFile:
+    path: str          # inside the repo
+    size: int
+    sha256: str | None  # LFS files
+    blob_id: str        # git blob sha1 (small files are checked against it)
+
+
+@dataclass
+class MaterialStatus:
+    id: str
+    title: str
+    kind: str
+    required: bool
+    status: str                  # ready | partial | downloading | missing
+    path: str | None
+    bytes_done: int = 0
+    bytes_total: int | None = None
+    files_done: int = 0
+    files_total: int | None = None
+    linked: bool = False
+    online: bool = False
+    error: str | None = None     # the last failed download's first line
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# ------------------------------------------------------------ the Hub side
+
+def endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "").rstrip("/") or "https://huggingface.co"
+
+
+def token_for(project: Project) -> str | None:
+    return project.settings.hf_token or os.environ.get("HF_TOKEN") or None
+
+
+def _selected(path: str, patterns: tuple[str, ...]) -> bool:
+    # fnmatch's * also crosses "/", as the Hub's allow-patterns do
+    return not patterns or any(fnmatch.fnmatch(path, p) for p in patterns)
+
+
+def list_files(material: "Material", token: str | None = None, timeout: float = 10.0) -> list[HubFile]:
+    """The repo's files that the material's allow-patterns select (raises when the Hub cannot be
+    reached or refuses)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import RepoFile
+    api = HfApi(endpoint=endpoint(), token=token)
+    entries = api.list_repo_tree(material.repo, recursive=True, repo_type=material.repo_type, token=token)
+    out = []
+    for entry in entries:
+        if isinstance(entry, RepoFile) and _selected(entry.path, material.patterns):
+            out.append(HubFile(entry.path, int(entry.size), entry.lfs.sha256 if entry.lfs else None, entry.blob_id))
+    return sorted(out, key=lambda f: f.path)
+
+
+# ------------------------------------------------------------ status
+
+def downloads_dir(project: Project) -> Path:
+    return project.materials_dir / ".downloads"
+
+
+def _job_paths(project: Project, material_id: str) -> dict[str, Path]:
+    base = downloads_dir(project)
+    return {k: base / f"{material_id}.{k}" for k in ("lock", "status", "log")}
+
+
+def job_running(project: Project, material_id: str) -> bool:
+    """A job holds the material's lock for its whole life."""
+    lock_path = _job_paths(project, material_id)["lock"]
+    if not lock_path.exists():
+        return False
+    probe = FileLock(lock_path)
+    if probe.acquire():
+        probe.release()
+        return False
+    return True
+
+
+def _partial_bytes(dest: Path) -> int:
+    folder = dest / PARTIAL_DIR
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+
+
+def _offline_complete(dest: Path, patterns: tuple[str, ...]) -> bool:
+    if not dest.is_dir() or _partial_bytes(dest):
+        return False
+    files = [str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file() and PARTIAL_DIR not in p.parts
+             and not p.name.startswith(".")]
+    return bool(files) and all(any(fnmatch.fnmatch(f, pat) for f in files) for pat in (patterns or ("*",)))
+
+
+def material_status(project: Project, material: "Material", listing: list[HubFile] | None = None) -> MaterialStatus:
+    """The material's status; `listing` (from list_files) decides it online, None offline."""
+    override = project.settings.materials.get(material.id)
+    linked = bool(override and override.path)
+    try:
+        where = project.pack.resolve_material(project, material.id)
+    except TrainerError:
+        where = None
+    st = MaterialStatus(material.id, material.title, material.kind, material.required, "missing",
+                        str(where) if where else None, linked=linked, online=listing is not None)
+    job = read_json(_job_paths(project, material.id)["status"], {}) or {}
+    if job.get("status") == "failed":
+        st.error = str(job.get("error", "")).splitlines()[0] if job.get("error") else "failed"
+    if material.kind == "local_file":
+        if where is not None and where.is_file():
+            st.status, st.bytes_done, st.bytes_total, st.files_done, st.files_total = "ready", where.stat().st_size, \
+                where.stat().st_size, 1, 1
+        return st
+    dest = where
+    if listing is not None and dest is not None:
+        st.files_total, st.bytes_total = len(listing), sum(f.size for f in listing)
+        for f in listing:
+            path = dest / f.path
+            if path.is_file() and (f.size == 0 or path.stat().st_size == f.size):
+                st.files_done += 1
+                st.bytes_done += f.size
+        st.bytes_done += _partial_bytes(dest)
+        complete = st.files_done == st.files_total and st.files_total > 0
+        st.status = "ready" if complete else ("partial" if st.bytes_done else "missing")
+    elif dest is not None:
+        st.status = "ready" if _offline_complete(dest, material.patterns) else (
+            "partial" if dest.is_dir() and any(dest.iterdir()) else "missing")
+        if dest.is_dir():
+            st.bytes_done = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    if st.status != "ready" and job_running(project, material.id):
+        st.status = "downloading"
+        st.bytes_done = max(st.bytes_done, int(job.get("bytes_done", 0)))
+    return st
+
+
+def wanted(project: Project, material: "Material") -> bool:
+    if material.required:
+        return True
+    if material.id == "sigvq":
+        return bool(project.settings.export.export_sigvq)
+    return True
+
+
+def all_statuses(project: Project, online: bool = True) -> list[MaterialStatus]:
+    """Every material's status; online lists each snapshot on the Hub (falls back to the disk
+    when the Hub cannot be reached)."""
+    out = []
+    token = token_for(project)
+    for m in project.pack.materials:
+        listing = None
+        if online and m.kind == "hf_snapshot":
+            try:
+                listing = list_files(m, token)
+            except Exception:       # noqa: BLE001 — unreachable, offline mode, refused: decide from disk
+                listing = None
+        out.append(material_status(project, m, listing))
+    return out
+
+
+# ------------------------------------------------------------ discovery
+
+def _candidate_roots(project: Project) -> list[Path]:
+    roots: list[Path] = []
+    if os.environ.get(MATERIALS_ENV):
+        roots.append(Path(os.environ[MATERIALS_ENV]).expanduser())
+    cwd = Path.cwd()
+    roots += [cwd, cwd / "materials", project.root, project.root.parent]
+    for parent in (project.root.parent, default_projects_root()):
+        if parent.is_dir():
+            roots += [d / "materials" for d in sorted(parent.iterdir())
+                      if d.is_dir() and d != project.root and (d / "materials").is_dir()]
+    seen, unique = set(), []
+    for r in roots:
+        try:
+            key = r.resolve()
+        except OSError:
+            continue
+        if key not in seen and key.is_dir():
+            seen.add(key)
+            unique.append(key)
+    return unique
+
+
+def discover(project: Project, material: "Material") -> Path | None:
+    """A complete copy of the material somewhere the user keeps files, or None."""
+    roots = _candidate_roots(project)
+    if material.kind == "local_file":
+        found = []
+        for root in [*roots, project.materials_dir]:
+            if root.is_dir():
+                found += [p for p in root.glob("pig_clip*") if p.is_file() and p.suffix.lower() in
+                          (material.suffixes or (".gguf",))]
+        if not found:
+            return None
+        return max(found, key=lambda p: ("f16" in p.name.lower(), p.stat().st_size)).resolve()
+    own = project.pack.resolve_material(project, material.id)
+    for root in roots:
+        for candidate in (root / (material.subdir or material.repo.rsplit("/", 1)[-1]), root):
+            if own is not None and candidate.resolve() == own.resolve():
+                continue
+            if _offline_complete(candidate, material.patterns):
+                return candidate.resolve()
+    return None
+
+
+def adopt_existing(project: Project) -> list[tuple[str, Path]]:
+    """Link found copies of materials that are not complete at their own path and not being
+    downloaded (a path override in project.json; nothing is copied). Returns what was linked."""
+    linked = []
+    for m in project.pack.materials:
+        if job_running(project, m.id) or material_status(project, m).status == "ready":
+            continue
+        found = discover(project, m)
+        if found is not None:
+            project.update_settings([f"materials.{m.id}.path={found}"])
+            linked.append((m.id, found))
+    return linked
+
+
+# ------------------------------------------------------------ downloading
+
+def _git_blob_id(path: Path) -> str:
+    h = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _verify(path: Path, f: HubFile) -> str | None:
+    if path.stat().st_size != f.size:
+        return f"{f.path}: {path.stat().st_size} bytes, the Hub lists {f.size}"
+    if f.sha256 and _sha256(path) != f.sha256:
+        return f"{f.path}: sha256 differs from the Hub's"
+    if not f.sha256 and f.blob_id and _git_blob_id(path) != f.blob_id:
+        return f"{f.path}: content differs from the Hub's (git blob id)"
+    return None
+
+
+def _fetch(material: "Material", f: HubFile, part: Path, token: str | None, stall_s: float,
+           progress: Callable[[int], None], say: Callable[[dict[str, Any]], None]) -> None:
+    """Append the rest of `f` to `part` with Range requests; on a stall or a dropped connection,
+    resume from what arrived (up to 20 tries without progress)."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session, httpx
+    url = hf_hub_url(material.repo, f.path, repo_type=material.repo_type, endpoint=endpoint())
+    part.parent.mkdir(parents=True, exist_ok=True)
+    fruitless = 0
+    while True:
+        have = part.stat().st_size if part.exists() else 0
+        if have >= f.size:
+            return
+        headers = {**build_hf_headers(token=token), "Range": f"bytes={have}-"}
+        before = have
+        try:
+            timeout = httpx.Timeout(connect=30.0, read=stall_s, write=30.0, pool=30.0)
+            with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=timeout) as r:
+                if r.status_code == 416:
+                    return
+                if r.status_code == 200 and have:        # the server ignored the Range: start over
+                    part.unlink()
+                elif r.status_code not in (200, 206):
+                    raise DownloadError(f"{material.repo}/{f.path}: the Hub answered HTTP {r.status_code}")
+                with open(part, "ab") as out:
+                    for block in r.iter_bytes():        # as it arrives: a stall keeps every byte received
+                        out.write(block)
+                        progress(len(block))
+                    out.flush()
+                    os.fsync(out.fileno())
+        except (httpx.TimeoutException, httpx.TransportError) as e:
+            got = (part.stat().st_size if part.exists() else 0) - before
+            fruitless = 0 if got > 0 else fruitless + 1
+            say({"type": "log", "level": "warning", "message":
+                 f"{f.path}: {type(e).__name__} after {got} new bytes; resuming at byte {before + got}"})
+            if fruitless >= 20:
+                raise DownloadError(f"{material.repo}/{f.path}: no progress after 20 tries ({type(e).__name__})") from None
+
+
+def download(project: Project, material: "Material", say: Callable[[dict[str, Any]], None] = lambda e: None) -> None:
+    """Fetch what is missing of an hf_snapshot material into its destination (resuming partial
+    files), checking free disk space first."""
+    if material.kind != "hf_snapshot":
+        raise UsageError(f"{material.title} is a local file: pick it in the GUI or set materials.{material.id}.path.")
+    dest = project.pack.resolve_material(project, material.id)
+    token = token_for(project)
+    files = list_files(material, token)
+    if not files:
+        raise DownloadError(f"{material.repo} has no file matching {', '.join(material.patterns)}.")
+    todo = [f for f in files if not ((dest / f.path).is_file() and (dest / f.path).stat().st_size == f.size)]
+    have = {f.path: ((dest / PARTIAL_DIR / f.path).stat().st_size if (dest / PARTIAL_DIR / f.path).is_file() else 0)
+            for f in todo}
+    needed = sum(f.size - have[f.path] for f in todo)
+    probe = dest
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if needed > free:
+        raise DownloadError(f"{material.title} needs {needed / 2**30:.2f} GiB more but {probe} has only "
+                            f"{free / 2**30:.2f} GiB free; free some space and press Download again.")
+    total = sum(f.size for f in files)
+    done = [total - needed]
+    started, last = time.monotonic(), [0.0]
+    stall_s = float(os.environ.get(STALL_ENV, "60"))
+
+    def progress(n: int) -> None:
+        done[0] += n
+        now = time.monotonic()
+        if now - last[0] >= 0.5:
+            last[0] = now
+            rate = (done[0] - (total - needed)) / max(now - started, 1e-6)
+            say({"type": "progress", "count": done[0], "total": total, "unit": "bytes", "rate": round(rate),
+                 "eta_s": round((total - done[0]) / rate, 1) if rate > 0 else None})
+    for f in todo:
+        part = dest / PARTIAL_DIR / f.path
+        _fetch(material, f, part, token, stall_s, progress, say)
+        problem = _verify(part, f)
+        if problem:
+            part.unlink(missing_ok=True)
+            raise DownloadError(f"{problem}; the partial file was removed, press Download again.")
+        target = dest / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(part, target)
+        say({"type": "log", "level": "info", "message": f"{f.path} ({f.size} bytes) verified"})
+    shutil.rmtree(dest / PARTIAL_DIR, ignore_errors=True)
+    say({"type": "progress", "count": total, "total": total, "unit": "bytes"})
+
+
+# ------------------------------------------------------------ jobs
+
+def start_job(project: Project, material_id: str) -> int | None:
+    """Launch the detached download job of one material; None when one is already running."""
+    from .runner import child_env, launch_detached
+    material = project.pack.material(material_id)
+    if material.kind != "hf_snapshot":
+        raise UsageError(f"{material.title} is a local file; it cannot be downloaded.")
+    if job_running(project, material_id):
+        return None
+    paths = _job_paths(project, material_id)
+    paths["lock"].parent.mkdir(parents=True, exist_ok=True)
+    env = {"PYTHONUNBUFFERED": "1"}
+    if token_for(project):
+        env["HF_TOKEN"] = token_for(project) or ""
+    argv = [sys.executable, "-m", "trainer_core.materials", "--project", str(project.root), "--id", material_id]
+    return launch_detached(argv, cwd=project.root, log_path=paths["log"],
+                           pid_path=paths["lock"].with_suffix(".pid"), env=child_env(env))
+
+
+def run_job(project: Project, material_id: str) -> int:
+    """The job's body: hold the lock, download, record the outcome in the status file."""
+    paths = _job_paths(project, material_id)
+    paths["lock"].parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(paths["lock"])
+    if not lock.acquire():
+        print(json.dumps({"type": "log", "level": "info", "message": "another job is downloading this material"}))
+        return 0
+    status: dict[str, Any] = {"status": "running", "started": time.time(), "pid": os.getpid()}
+    atomic_write_json(paths["status"], status)
+
+    def say(event: dict[str, Any]) -> None:
+        print(json.dumps(event), flush=True)
+        if event["type"] == "progress":
+            status.update(bytes_done=event["count"], bytes_total=event["total"], rate=event.get("rate"),
+                          eta_s=event.get("eta_s"))
+            atomic_write_json(paths["status"], status)
+    try:
+        download(project, project.pack.material(material_id), say)
+    except Exception as e:      # noqa: BLE001 — recorded for the GUI, then the exit code says failed
+        status.update(status="failed", error=str(e) or type(e).__name__, finished=time.time())
+        atomic_write_json(paths["status"], status)
+        print(json.dumps({"type": "error", "message": str(e)}), flush=True)
+        return 1
+    finally:
+        lock.release()
+    status.update(status="done", finished=time.time())
+    atomic_write_json(paths["status"], status)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer_core.materials")
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--id", required=True)
+    args = parser.parse_args(argv)
+    try:
+        project = Project.open(args.project)
+        return run_job(project, args.id)
+    except TrainerError as e:
+        print(json.dumps({"type": "error", "message": str(e)}), flush=True)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
