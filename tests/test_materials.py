@@ -4,7 +4,6 @@ watchdog, one job per material, the disk-space refusal, and the CLI."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import signal
 import subprocess

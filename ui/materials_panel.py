@@ -87,6 +87,8 @@ def download_one(project_path: str | None, material_id: str | None) -> tuple:
         return (banner("Pick a material first."), *refresh(project_path, material_id, online=False))
     try:
         project = Project.open(project_path)
+        if material_id not in {m.id for m in project.pack.materials}:
+            raise TrainerError(f"{material_id} is not a material of the {project.pack.id} pack.")
         pid = start_job(project, material_id)
     except TrainerError as e:
         return (banner(str(e)), *refresh(project_path, material_id, online=False))
@@ -118,7 +120,8 @@ def build(project_state: gr.State, top_banner: gr.HTML) -> dict[str, Any]:
     table = gr.Dataframe(headers=COLUMNS, value=[], interactive=False, elem_id="materials")
     summary = gr.Markdown("", elem_id="materials-summary")
     with gr.Row():
-        pick = gr.Dropdown([], label="Material", elem_id="material-pick", scale=2)
+        # the choices depend on the open project's pack: the handlers check the value
+        pick = gr.Dropdown([], label="Material", elem_id="material-pick", scale=2, allow_custom_value=True)
         one = gr.Button("Download", interactive=False, elem_id="download-one")
         all_missing = gr.Button("Download missing", interactive=False, elem_id="download-missing")
         check = gr.Button("Refresh", elem_id="materials-refresh")

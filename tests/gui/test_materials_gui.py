@@ -1,0 +1,87 @@
+"""The Setup tab's materials table against a local Hub: real statuses, and buttons that obey
+the rules (disabled when present or downloading; a second request starts no second job)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from gradio_client import Client
+
+from hub_server import LocalHub
+from trainer_core import materials
+from trainer_core.project import Project
+from ui import materials_panel
+from ui.app import serve
+
+from .conftest import free_port
+
+FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
+         "merges.txt")
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    repos = {"callgg/pig-clip-tokenizer": {f: (f * 40).encode() for f in FILES},
+             "callgg/t5-v1_1-xxl-encoder-bf16": {"config.json": b"{}", "generation_config.json": b"{}",
+                                                 "model.safetensors": b"w" * (2 << 20),
+                                                 "special_tokens_map.json": b"{}", "spiece.model": b"s" * 500,
+                                                 "tokenizer_config.json": b"{}"}}
+    with LocalHub(repos) as h:
+        monkeypatch.setenv("HF_ENDPOINT", h.url)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        import huggingface_hub.constants as constants
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        yield h
+
+
+def _rows(table) -> list[list]:
+    """A Dataframe as gradio_client returns it (a plain frame, or an update holding one)."""
+    if isinstance(table, dict) and "value" in table:
+        table = table["value"]
+    return table["data"] if isinstance(table, dict) else table
+
+
+def test_materials_table_and_download_buttons(ctx, hub):
+    app, url = serve(ctx, port=free_port(), open_browser=False, block=False)
+    try:
+        client = Client(url, verbose=False)
+        client.predict("mats", "t5xxl_pixart", str(ctx.projects_root), api_name="/create_project")
+        project = Project.open(ctx.projects_root / "mats")
+        # (the API returns the table, the picker and the summary; the buttons' states are checked
+        # on the handler's own updates, which the page applies)
+        table, pick, summary = client.predict("student_tokenizer", api_name="/materials_refresh")
+        statuses = {row[0]: row[2] for row in _rows(table)}
+        assert set(statuses.values()) == {"missing"} and "missing:" in summary
+        _, _, one, every, _ = materials_panel.refresh(str(project.root), "student_tokenizer", online=True)
+        assert (one["value"], one["interactive"]) == ("Download", True)
+        assert (every["value"], every["interactive"]) == ("Download missing (2)", True)
+
+        key = ("callgg/t5-v1_1-xxl-encoder-bf16", "model.safetensors")
+        hub.stall_after[key] = 1000                          # the teacher's download holds until released
+        banner, table, pick, summary = client.predict("student_tokenizer", api_name="/download_missing")
+        assert "Started" in banner
+        assert hub.stalled.wait(60), "the teacher's download never started"
+        assert materials.job_running(project, "teacher")
+        _, _, one, every, _ = materials_panel.refresh(str(project.root), "teacher", online=False)
+        assert (one["value"], one["interactive"]) == ("Downloading…", False)
+        assert every["interactive"] is False                      # disabled while downloads run
+        again = client.predict("teacher", api_name="/download_material")[0]
+        assert "already being downloaded" in again               # the server refuses a second job too
+        del hub.stall_after[key]
+        hub.release()
+
+        deadline = time.monotonic() + 120
+        while not all(materials.material_status(project, project.pack.material(i)).status == "ready"
+                      for i in ("student_tokenizer", "teacher")):
+            assert time.monotonic() < deadline, "the downloads did not finish"
+            time.sleep(0.2)
+        table, pick, summary = client.predict("teacher", api_name="/materials_refresh")
+        statuses = {row[0]: row[2] for row in _rows(table)}
+        assert statuses["T5-XXL v1.1 encoder (teacher)"] == "ready"
+        assert statuses["pig_clip tokenizer and config"] == "ready"
+        assert "pick a file for: pig_clip student GGUF" in summary
+        _, _, one, every, _ = materials_panel.refresh(str(project.root), "teacher", online=True)
+        assert (one["value"], one["interactive"]) == ("Downloaded ✓", False)
+        assert every["interactive"] is False
+    finally:
+        app.close()
