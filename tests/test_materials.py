@@ -173,7 +173,7 @@ def _complete_copy(folder: Path, repos: dict, repo: str) -> None:
             (folder / name).write_bytes(data)
 
 
-@pytest.mark.parametrize("where", ["env", "cwd", "sibling"])
+@pytest.mark.parametrize("where", ["env", "cwd", "cwd_materials", "project", "parent", "sibling"])
 def test_discovery_links_a_copy_found_elsewhere(project, repos, tmp_path, monkeypatch, where):
     if where == "env":
         store = tmp_path / "store"
@@ -181,6 +181,12 @@ def test_discovery_links_a_copy_found_elsewhere(project, repos, tmp_path, monkey
         folder = store / "pig-clip-tokenizer"
     elif where == "cwd":
         folder = tmp_path / "pig-clip-tokenizer"                # the cwd is tmp_path
+    elif where == "cwd_materials":
+        folder = tmp_path / "materials" / "pig-clip-tokenizer"
+    elif where == "project":
+        folder = project.root / "pig-clip-tokenizer"
+    elif where == "parent":
+        folder = project.root.parent / "pig-clip-tokenizer"
     else:
         other = Project.create(tmp_path / "projects" / "older", "llada_image")
         folder = other.materials_dir / "pig-clip-tokenizer"
@@ -230,3 +236,27 @@ def test_download_cli_links_reports_and_fails_clearly_offline(project, repos, tm
     r = subprocess.run([sys.executable, "-m", "trainer_core", "download", "--project", str(project.root),
                         "--id", "nope"], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode != 0 and "no such material" in r.stderr
+
+
+def test_ctrl_c_exits_130_and_the_token_never_reaches_a_log(hub, project):
+    project.update_settings(["hf_token=hf_SecretForTheHubOnly"])
+    key = ("callgg/t5-v1_1-xxl-encoder-bf16", "model.safetensors")
+    hub.stall_after[key] = 50_000
+    env = _env(hub)
+    env[materials.STALL_ENV] = "60"
+    proc = subprocess.Popen([sys.executable, "-m", "trainer_core", "download", "--project", str(project.root),
+                             "--id", "teacher"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert hub.stalled.wait(60), "the download never reached the stall"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "run the same command again" in err
+    authorized = [r.headers.get("authorization") for r in hub.requests if "/resolve/" in r.path]
+    assert authorized and all(a == "Bearer hf_SecretForTheHubOnly" for a in authorized)
+    assert "hf_SecretForTheHubOnly" not in out + err
+    del hub.stall_after[key]
+    hub.release()
+    pid = materials.start_job(project, "teacher")               # the detached job: its log stays clean
+    _wait_gone(pid, 120)
+    log = (materials.downloads_dir(project) / "teacher.log").read_text(encoding="utf-8")
+    assert "verified" in log and "hf_SecretForTheHubOnly" not in log
+    assert _status(project, "teacher").status == "ready"

@@ -12,6 +12,7 @@ The stage is short and writes in one piece, so a stop request waits for it to fi
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from ..atomic import atomic_write_text
 from ..errors import CorpusError, StageNotAvailableError
 from ..events import Report
 from ..project import Project
+from ..prompt_presets import PRESETS, read_preset
 from .base import never, stage_main
 
 __all__ = ["run", "read_prompt_file", "build_pool", "split_corpus", "read_corpus", "write_corpus"]
@@ -167,21 +169,27 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
         return _files_mode(project, report)
 
     sources: list[tuple[str, Iterator[str]]] = []
-    for preset in c.presets:
-        report("log", level="warning",
-               message=f"prompt preset {preset} skipped: downloading Hub datasets is not "
-                       f"available in this version yet")
+    token = project.settings.hf_token or os.environ.get("HF_TOKEN") or None
+    for preset_id in c.presets:
+        preset = PRESETS[preset_id]
+        report("progress", count=0, total=1, unit="presets", detail=f"reading {preset.title} ({preset.repo})")
+        try:
+            texts = list(read_preset(preset, token))     # a failure surfaces here, not inside the pool
+        except Exception as e:   # noqa: BLE001 — a failing source is skipped with a warning, as the brief says
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            report("log", level="warning", message=f"prompt preset {preset_id} ({preset.repo}) skipped: {first}")
+            continue
+        sources.append((f"preset {preset_id}", iter(texts)))
     files = [project.resolve_user_path(f) for f in c.extra_files]
-    if not files:
+    if not files and not sources:
         raise CorpusError(
-            "The corpus has no prompt source this version can read: add your .txt or .jsonl "
-            "prompt files to corpus.extra_files, or use corpus.mode \"files\" with your own "
-            "train and val files.")
+            "The corpus has no prompt source: the presets could not be read (see the warnings) and "
+            "corpus.extra_files is empty; check the network or add your .txt / .jsonl prompt files.")
     for i, path in enumerate(files):
         report("progress", count=i, total=len(files), unit="files", detail=f"reading {path.name}")
         sources.append((str(path), read_prompt_file(path)))
     pool, stats = build_pool(sources, c.min_chars, c.max_chars)
-    report("progress", count=len(files), total=len(files), unit="files", detail="splitting")
+    report("progress", count=len(files), total=max(len(files), 1), unit="files", detail="splitting")
     for name, kept in stats.per_source.items():
         report("log", level="info", message=f"{name}: {kept} prompts kept")
     report("log", level="info",
