@@ -28,6 +28,12 @@ def output_files(project: Project) -> list[dict[str, Any]]:
         if path.name == f"{name}-f16.gguf" or path.name.startswith(f"{name}-step"):
             st = path.stat()
             files.append({"name": path.name, "path": str(path), "size": st.st_size, "mtime": st.st_mtime})
+    if project.pack.id == "llada_image":
+        from .sigvq import sigvq_path
+        extra = sigvq_path(project)
+        if extra.is_file():
+            st = extra.stat()
+            files.append({"name": extra.name, "path": str(extra), "size": st.st_size, "mtime": st.st_mtime})
     return files
 
 

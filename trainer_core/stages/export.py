@@ -37,6 +37,16 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     if project.settings.export.copy_to:
         copy = copy_export(out, project.settings.export.copy_to)
         report("artifact", path=str(copy), kind="gguf_copy", size=copy.stat().st_size)
+    if project.pack.id == "llada_image":
+        from ..sigvq import export_sigvq
+        sigvq, what = export_sigvq(project)
+        if what == "written":
+            report("artifact", path=str(sigvq), kind="sigvq_gguf", size=sigvq.stat().st_size)
+        elif what == "current":
+            report("log", level="info", message=f"{sigvq.name} is up to date")
+        elif what == "no source":
+            report("log", level="info", message="SigVQ not exported: the optional sigvq material is not on disk "
+                                                "(download it to get the editing encoder)")
     report("log", level="info", message=f"use it: {ggk_command(project)}")
     return "done"
 
