@@ -260,3 +260,17 @@ def test_ctrl_c_exits_130_and_the_token_never_reaches_a_log(hub, project):
     log = (materials.downloads_dir(project) / "teacher.log").read_text(encoding="utf-8")
     assert "verified" in log and "hf_SecretForTheHubOnly" not in log
     assert _status(project, "teacher").status == "ready"
+
+
+def test_materials_sharing_a_folder_are_told_apart(tmp_path):
+    llada = Project.create(tmp_path / "llada_adapter", "llada_image")
+    root = llada.pack.resolve_material(llada, "teacher")
+    assert root == llada.pack.resolve_material(llada, "sigvq")              # one snapshot folder, two materials
+    for name in ("model_index.json", "text_encoder/config.json", "queryformer/config.json",
+                 "text_projection/config.json", "tokenizer/tokenizer.json"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"{}" * 10)
+    teacher = materials.material_status(llada, llada.pack.material("teacher"))
+    sigvq = materials.material_status(llada, llada.pack.material("sigvq"))
+    assert (teacher.status, teacher.bytes_done) == ("ready", 100)
+    assert (sigvq.status, sigvq.bytes_done) == ("missing", 0)

@@ -34,7 +34,6 @@ from .packs import PACKS
 from .pipeline import check_only, run_pipeline
 from .project import Project, last_project
 from .runner import request_stop, kill_pipeline, runtime_status, start_pipeline
-from .stages import STAGES
 from .status import status_report
 
 __all__ = ["main", "build_parser"]
@@ -164,30 +163,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     from ui.app import main as serve_main      # gradio only here: the CLI stays light
     return serve_main(args)
-
-
-def run_demo(pack_id: str = "t5xxl_pixart") -> int:
-    """The "try it now" path: the demo project in ./gguf-trainer-demo/, run through every stage
-    this version has, in the foreground."""
-    from pathlib import Path
-
-    from .demo import build_demo
-    from .packs import get_pack
-    from .project import folder_is_project
-    root = Path("gguf-trainer-demo") / get_pack(pack_id).default_folder
-    if folder_is_project(root):
-        project = Project.open(root)
-        print(f"demo project: {project.root} (already built)")
-    else:
-        project = build_demo(root, pack_id)
-        print(f"demo project built: {project.root}")
-    available = [spec.name for spec in STAGES if spec.module is not None]
-    only = available if len(available) < len(STAGES) else None
-    if only:
-        print(f"this version runs the stages {', '.join(available)}; the others arrive in later versions")
-    code = run_pipeline(project, only, echo=True)
-    print(f"demo {'finished' if code == 0 else 'failed'}: see `gguf-trainer status --project {project.root}`")
-    return code
 
 
 def auto_resume() -> int | None:
@@ -362,9 +337,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_download(args: argparse.Namespace) -> int:
     """Link copies found on disk, then download what is still missing, in the foreground."""
-    from .locks import FileLock
-    from .materials import (DownloadError, _job_paths, adopt_existing, download, job_running, list_files,
-                            material_status, token_for, wanted)
+    from .materials import (DownloadError, adopt_existing, download, list_files, material_lock, material_status,
+                            token_for, wanted)
     project = Project.open(args.project)
     for material_id, path in adopt_existing(project):
         print(f"{material_id}: found and linked {path}")
@@ -394,26 +368,21 @@ def cmd_download(args: argparse.Namespace) -> int:
         if material_status(project, m, listing).status == "ready":
             print(f"{m.id}: ready")
             continue
-        if job_running(project, m.id):
-            print(f"{m.id}: a detached download is already fetching it")
-            continue
-        lock = FileLock(_job_paths(project, m.id)["lock"])
-        _job_paths(project, m.id)["lock"].parent.mkdir(parents=True, exist_ok=True)
-        if not lock.acquire():
-            print(f"{m.id}: a detached download is already fetching it")
-            continue
-        try:
-            print(f"{m.id}: downloading {m.repo} ({m.size_hint or 'size from the Hub'})", flush=True)
-            download(project, m, _progress_line(m.id))
-            print(f"\r{m.id}: ready" + " " * 40)
-        except DownloadError as e:
-            print(f"\n{m.id}: {e}", file=sys.stderr)
-            failed += 1
-        except KeyboardInterrupt:
-            print(f"\n{m.id}: interrupted; run the same command again to continue where it stopped", file=sys.stderr)
-            return 130
-        finally:
-            lock.release()
+        with material_lock(project, m.id) as held:
+            if not held:
+                print(f"{m.id}: a detached download is already fetching it")
+                continue
+            try:
+                print(f"{m.id}: downloading {m.repo} ({m.size_hint or 'size from the Hub'})", flush=True)
+                download(project, m, _progress_line(m.id))
+                print(f"\r{m.id}: ready" + " " * 40)
+            except DownloadError as e:
+                print(f"\n{m.id}: {e}", file=sys.stderr)
+                failed += 1
+            except KeyboardInterrupt:
+                print(f"\n{m.id}: interrupted; run the same command again to continue where it stopped",
+                      file=sys.stderr)
+                return 130
     return 1 if failed else 0
 
 

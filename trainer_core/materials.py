@@ -21,6 +21,7 @@ lock held and exits at once, so two requests never make two downloads.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -30,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .atomic import atomic_write_json, read_json
 from .errors import TrainerError, UsageError
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from .packs.base import Material
 
 __all__ = ["HubFile", "MaterialStatus", "list_files", "material_status", "all_statuses", "discover", "adopt_existing",
-           "download", "start_job", "job_running", "wanted", "DownloadError", "MATERIALS_ENV", "PARTIAL_DIR"]
+           "download", "start_job", "job_running", "material_lock", "wanted", "DownloadError", "MATERIALS_ENV", "PARTIAL_DIR"]
 
 MATERIALS_ENV = "GGUF_TRAINER_MATERIALS"
 STALL_ENV = "GGUF_TRAINER_STALL_S"
@@ -138,12 +139,21 @@ def _partial_bytes(dest: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
 
 
-def _offline_complete(dest: Path, patterns: tuple[str, ...]) -> bool:
-    if not dest.is_dir() or _partial_bytes(dest):
-        return False
-    files = [str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file() and PARTIAL_DIR not in p.parts
-             and not p.name.startswith(".")]
-    return bool(files) and all(any(fnmatch.fnmatch(f, pat) for f in files) for pat in (patterns or ("*",)))
+def _local_files(dest: Path, patterns: tuple[str, ...]) -> dict[str, int]:
+    """{path inside dest: size} of the finished files the patterns select (a snapshot folder can
+    hold several materials: LLaDA's teacher and SigVQ share one)."""
+    if not dest.is_dir():
+        return {}
+    return {rel: p.stat().st_size for p in dest.rglob("*")
+            if p.is_file() and PARTIAL_DIR not in p.parts and not p.name.startswith(".")
+            and _selected(rel := str(p.relative_to(dest)), patterns)}
+
+
+def _offline_complete(dest: Path, patterns: tuple[str, ...], files: dict[str, int] | None = None) -> bool:
+    """Every pattern matches a finished file and no partial download is left."""
+    files = _local_files(dest, patterns) if files is None else files
+    return bool(files) and not _partial_bytes(dest) and all(
+        any(fnmatch.fnmatch(f, pat) for f in files) for pat in (patterns or ("*",)))
 
 
 def material_status(project: Project, material: "Material", listing: list[HubFile] | None = None) -> MaterialStatus:
@@ -176,10 +186,10 @@ def material_status(project: Project, material: "Material", listing: list[HubFil
         complete = st.files_done == st.files_total and st.files_total > 0
         st.status = "ready" if complete else ("partial" if st.bytes_done else "missing")
     elif dest is not None:
-        st.status = "ready" if _offline_complete(dest, material.patterns) else (
-            "partial" if dest.is_dir() and any(dest.iterdir()) else "missing")
-        if dest.is_dir():
-            st.bytes_done = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+        files = _local_files(dest, material.patterns)
+        st.bytes_done = sum(files.values()) + _partial_bytes(dest)
+        st.status = "ready" if _offline_complete(dest, material.patterns, files) else (
+            "partial" if st.bytes_done else "missing")
     if st.status != "ready" and job_running(project, material.id):
         st.status = "downloading"
         st.bytes_done = max(st.bytes_done, int(job.get("bytes_done", 0)))
@@ -406,14 +416,33 @@ def start_job(project: Project, material_id: str) -> int | None:
                            pid_path=paths["lock"].with_suffix(".pid"), env=child_env(env))
 
 
+@contextlib.contextmanager
+def material_lock(project: Project, material_id: str) -> Iterator[bool]:
+    """Hold the material's download lock for the block; yields False (holding nothing) when a job
+    or a foreground download already has it."""
+    path = _job_paths(project, material_id)["lock"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(path)
+    if not lock.acquire():
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.release()
+
+
 def run_job(project: Project, material_id: str) -> int:
     """The job's body: hold the lock, download, record the outcome in the status file."""
+    with material_lock(project, material_id) as held:
+        if not held:
+            print(json.dumps({"type": "log", "level": "info", "message": "another job is downloading this material"}))
+            return 0
+        return _run_locked(project, material_id)
+
+
+def _run_locked(project: Project, material_id: str) -> int:
     paths = _job_paths(project, material_id)
-    paths["lock"].parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(paths["lock"])
-    if not lock.acquire():
-        print(json.dumps({"type": "log", "level": "info", "message": "another job is downloading this material"}))
-        return 0
     status: dict[str, Any] = {"status": "running", "started": time.time(), "pid": os.getpid()}
     atomic_write_json(paths["status"], status)
 
@@ -430,8 +459,6 @@ def run_job(project: Project, material_id: str) -> int:
         atomic_write_json(paths["status"], status)
         print(json.dumps({"type": "error", "message": str(e)}), flush=True)
         return 1
-    finally:
-        lock.release()
     status.update(status="done", finished=time.time())
     atomic_write_json(paths["status"], status)
     return 0

@@ -14,11 +14,11 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import TrainerError
 from .events import EventTailer
-from .hardware import ProcessWatch, machine_reading
+from .hardware import ProcessWatch, disk_free_gib, machine_reading
 from .project import Project
 from .runner import kill_pipeline, request_stop, runtime_status, start_pipeline
 from .status import status_report
@@ -84,8 +84,10 @@ class _Lines:
 class LiveView:
     """What the GUI shows of one project, kept current by the Supervisor thread."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, machine: Callable[[], dict[str, Any]] | None = None):
         self.root = root
+        # the machine-wide reading (CPU, RAM, nvidia-smi) is shared by the Supervisor's views
+        self._machine = machine or (lambda: machine_reading(None))
         self.project = Project.open(root)
         self._lock = threading.Lock()
         self._events = EventTailer(self.project.events_jsonl)
@@ -192,7 +194,7 @@ class LiveView:
             self.report, self.report_error = report, error
 
     def _read_hardware(self) -> None:
-        machine = machine_reading(self.root)
+        machine = {**self._machine(), "disk_free_gib": disk_free_gib(self.root)}
         pid = self.report.get("stage_pid") or self.report.get("pid")
         process = self._process.read(pid) if self.report.get("status") == "running" else self._process.read(None)
         with self._lock:
@@ -218,6 +220,8 @@ class Supervisor:
         self.period = period
         self._views: dict[str, LiveView] = {}
         self._lock = threading.Lock()
+        self._machine_reading: tuple[float, dict[str, Any]] | None = None
+        self._machine_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gguf-trainer-supervisor", daemon=True)
@@ -244,13 +248,20 @@ class Supervisor:
             self._wake.wait(self.period)
             self._wake.clear()
 
+    def machine(self) -> dict[str, Any]:
+        """One machine reading per HARDWARE_PERIOD, however many projects are watched."""
+        with self._machine_lock:            # not self._lock: ticks look views up under that one
+            if self._machine_reading is None or time.monotonic() - self._machine_reading[0] >= HARDWARE_PERIOD:
+                self._machine_reading = (time.monotonic(), machine_reading(None))
+            return self._machine_reading[1]
+
     def attach(self, root: str | os.PathLike) -> LiveView:
         """The live view of the project at `root` (opened and read at once the first time)."""
         key = str(Path(root).resolve())
         with self._lock:
             view = self._views.get(key)
         if view is None:
-            view = LiveView(Path(key))
+            view = LiveView(Path(key), self.machine)
             with self._lock:
                 view = self._views.setdefault(key, view)
         return view

@@ -172,11 +172,7 @@ def save_settings(ctx: Ctx, project_path: str | None, token: str, *values: Any) 
     assignments = form_assignments(project, list(values))
     refused = path_problems(ctx, project, assignments)
     if refused:
-        error = ConfigError(refused)
-        view = list(ProjectView.of(ctx, project, f"Not saved: {error}", "error", error=error))
-        for i, value in enumerate(values):
-            view[3 + i] = gr.update(value=value, info=view[3 + i].get("info"))
-        return tuple(view)
+        return _not_saved(ctx, project, ConfigError(refused), values)
     if token and token.strip():
         assignments.append(f"hf_token={token.strip()}")
     if not assignments:
@@ -184,13 +180,17 @@ def save_settings(ctx: Ctx, project_path: str | None, token: str, *values: Any) 
     try:
         project.update_settings(assignments)
     except ConfigError as e:
-        view = list(ProjectView.of(ctx, project, f"Not saved: {e}", "error", error=e))
-        # keep what the user typed in the fields, so they can correct it
-        for i, value in enumerate(values):
-            view[3 + i] = gr.update(value=value, info=view[3 + i].get("info"))
-        return tuple(view)
+        return _not_saved(ctx, project, e, values)
     ctx.supervisor.poke(project.root)
     return ProjectView.of(ctx, project, f"Saved {len(assignments)} setting(s).", "ok")
+
+
+def _not_saved(ctx: Ctx, project: Project, error: ConfigError, values: tuple) -> tuple:
+    """The form with every problem on its field, keeping what the user typed so they can correct it."""
+    view = list(ProjectView.of(ctx, project, f"Not saved: {error}", "error", error=error))
+    for i, value in enumerate(values):
+        view[3 + i] = gr.update(value=value, info=view[3 + i].get("info"))
+    return tuple(view)
 
 
 def start_run(ctx: Ctx, project_path: str | None, anyway: bool = False) -> tuple[str, Any]:

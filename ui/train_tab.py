@@ -11,6 +11,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from trainer_core.atomic import read_json
 from trainer_core.errors import TrainerError
 from trainer_core.project import Project
 from trainer_core.resets import RESETS, planned_deletions, reset
@@ -133,9 +134,7 @@ def apply_steps(ctx: Ctx, project_path: str | None, value: Any) -> tuple[str, An
     except TrainerError as e:
         return banner(str(e)), gr.update()
     ctx.supervisor.poke(project.root)
-    last = (project.checkpoints_dir / "last.json")
-    from trainer_core.atomic import read_json
-    step = (read_json(last, {}) or {}).get("step")
+    step = (read_json(project.checkpoints_dir / "last.json", {}) or {}).get("step")
     running = runtime_status(project)["status"] == "running"
     if before.train.steps == after.train.steps:
         note = f"train.steps is already {steps}."
