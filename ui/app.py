@@ -46,8 +46,7 @@ def make_context(projects_root: str | os.PathLike | None = None, demo_root: str 
     roots += list(allow or [])
     paths = PathPolicy(roots)
     return Ctx(supervisor=Supervisor().start(), paths=paths, projects_root=paths.check(projects, "projects root"),
-               demo_root=paths.check(demo, "demo folder"), tick_s=tick_s,
-               mock_teacher=os.environ.get("GGUF_TRAINER_MOCK_TEACHER", "") not in ("", "0"))
+               demo_root=paths.check(demo, "demo folder"), tick_s=tick_s)
 
 
 def build_app(ctx: Ctx) -> gr.Blocks:

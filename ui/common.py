@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import html
-import time
 from typing import Any
 
 __all__ = ["banner", "fmt_duration", "fmt_size", "fmt_num", "stage_strip_html", "STATUS_COLORS"]
@@ -79,7 +78,3 @@ def stage_strip_html(report: dict[str, Any], progress: dict[str, dict[str, Any]]
             f'<div style="color:{color}">{html.escape(status)}</div>'
             f'<div style="font-size:0.85em">{html.escape(detail)}</div></div>')
     return f'<div class="gt-stages" style="display:flex;gap:6px;flex-wrap:wrap">{"".join(boxes)}</div>'
-
-
-def now_text() -> str:
-    return time.strftime("%H:%M:%S")

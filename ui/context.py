@@ -2,7 +2,7 @@
 Built once per app by `ui.app.build_app`; nothing here is a module global."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainer_core.supervisor import Supervisor
@@ -18,6 +18,4 @@ class Ctx:
     paths: PathPolicy
     projects_root: Path
     demo_root: Path
-    mock_teacher: bool = False            # GGUF_TRAINER_MOCK_TEACHER was set at launch
     tick_s: float = 1.5
-    notes: list[str] = field(default_factory=list)
