@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="relaunch the last project if its run was interrupted")
     serve.add_argument("--demo", action="store_true",
                        help="build (once) and run the demo project on tiny offline models")
+    serve.add_argument("--demo-pack", default="t5xxl_pixart", metavar="ID",
+                       help="with --demo: the pack whose demo runs (t5xxl_pixart or llada_image)")
     serve.add_argument("--no-gui", action="store_true",
                        help="with --auto-resume: relaunch the interrupted run and exit (for a boot script)")
     serve.add_argument("--share", action="store_true", help="a public gradio.live link (needs --auth)")
@@ -262,6 +264,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         sidecar = report["checkpoints"][which]
         if isinstance(sidecar, dict):
             print(f"  checkpoint {which}: step {sidecar.get('step')} (val cos {sidecar.get('val_cos')})")
+    ev = report["eval"] or {}
+    shown = [f"{k} {ev[k]:.5f}" for k in report["metric_names"] if isinstance(ev.get(k), float)]
+    if shown:
+        print(f"  eval: {', '.join(shown)}")
+    for entry in report["outputs"]:
+        print(f"  output {entry['name']}  {entry['size']:,} bytes")
     for entry in report["snapshots"]:
         ev = entry.get("eval") or {}
         key = next((k for k in ("cos_centered", "cos_slice", "cos") if k in ev), None)

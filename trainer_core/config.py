@@ -235,7 +235,9 @@ class CorpusSettings:
 @dataclass
 class PrecomputeSettings:
     device: str = _setting("auto", _device)
-    placement: str = _setting("sequential", _choice("sequential", "balanced"))
+    placement: str = _setting("sequential", _choice("sequential", "balanced"),
+                              "sequential: the chosen GPU, the other GPUs, then CPU RAM; balanced: an even "
+                              "split, about half the throughput")
     shard_size: int = _setting(1024, _count())
     val_shard_size: int = _setting(512, _count())
     teacher_batch: int = _setting(24, _count(0), "0 = chosen for the card")

@@ -2,10 +2,12 @@
 
 The student is a random Qwen3 with pig_clip's architecture at toy width, written as a
 pig_clip-layout GGUF next to a real Qwen BPE tokenizer folder; the teacher is a random model
-of the pack's real architecture where transformers has it (T5 for PixArt) and the mock
-teacher otherwise; the corpus is a generated prompt file read by the real corpus stage. The
-same command builds byte-identical materials and corpus, and `gguf-trainer run` takes the
-project through the whole pipeline in a couple of minutes on two CPU cores.
+of the pack's real architecture where transformers has it (T5 for PixArt) and the pack's mock
+teacher otherwise (LLaDA: rows of the real [256, 2560] shape with the real rows' large
+per-dimension offset, so standardization and the export fold are exercised); the corpus is a
+generated prompt file read by the real corpus stage. The same command builds byte-identical
+materials and corpus, and `gguf-trainer run` takes the project through the whole pipeline in a
+couple of minutes on two CPU cores.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from .errors import UsageError
 from .packs import get_pack
 from .project import Project
 
-__all__ = ["build_demo", "demo_prompts", "DEMO_SETTINGS"]
+__all__ = ["build_demo", "demo_prompts", "DEMO_SETTINGS", "DEMO_PACKS"]
 
 SEED = 20261129
 _SUBJECTS = ("a sheep", "an old lighthouse", "a red fox", "a glass teapot", "a robot gardener", "a koi pond",
@@ -34,6 +36,13 @@ DEMO_SETTINGS = [
     "train.device=cpu", "train.width=64", "train.depth=2", "train.steps=200", "train.batch_size=16",
     "train.warmup=20", "train.log_every=10", "train.val_every=50", "train.save_every=50",
 ]
+# per pack, over DEMO_SETTINGS; LLaDA's mock rows are 1.3 MB a prompt, so its corpus is smaller
+DEMO_PACKS = {
+    "t5xxl_pixart": [],
+    "llada_image": ["corpus.n_train=96", "corpus.n_val=32", "precompute.shard_size=48",
+                    "precompute.val_shard_size=32", "precompute.mock_teacher=true",
+                    "train.lr=0.002"],   # the mock rows are learnt slowly at the recipe's 2e-4 in 200 steps
+}
 
 
 def demo_prompts(n: int = 480, seed: int = SEED) -> list[str]:
@@ -59,9 +68,9 @@ def build_demo(root: str | Path, pack_id: str = "t5xxl_pixart") -> Project:
     from .tiny import tiny_qwen3_config, write_qwen_tokenizer, write_student_config, write_student_gguf
 
     pack = get_pack(pack_id)
-    if pack.id != "t5xxl_pixart":
-        raise UsageError(f"The demo runs the t5xxl_pixart pack in this version; the {pack.id} demo arrives "
-                         f"with its teacher. Use --pack t5xxl_pixart.")
+    if pack.id not in DEMO_PACKS:
+        raise UsageError(f"The demo runs the {' and '.join(DEMO_PACKS)} packs in this version; the {pack.id} "
+                         f"demo arrives with its teacher. Use --pack {next(iter(DEMO_PACKS))}.")
     project = Project.create(root, pack.id)
     materials = project.materials_dir
     prompts = demo_prompts()
@@ -75,7 +84,7 @@ def build_demo(root: str | Path, pack_id: str = "t5xxl_pixart") -> Project:
     write_student_gguf(Qwen3Model(config), materials / "pig_clip-demo-f16.gguf", dtype="f16")
     _build_teacher(project, prompts)
 
-    project.update_settings(DEMO_SETTINGS + [
+    project.update_settings(DEMO_SETTINGS + DEMO_PACKS[pack.id] + [
         "corpus.extra_files=materials/demo_prompts.txt",
         "materials.student.path=materials/pig_clip-demo-f16.gguf",
     ])
@@ -83,6 +92,11 @@ def build_demo(root: str | Path, pack_id: str = "t5xxl_pixart") -> Project:
 
 
 def _build_teacher(project: Project, prompts: list[str]) -> None:
-    from .tiny import write_tiny_t5
+    """The tiny real teacher where the demo has one (PixArt); the others run their mock. LLaDA
+    gets a small random SigVQ file, so its export writes the vision GGUF too."""
+    from .tiny import write_tiny_sigvq, write_tiny_t5
     pack = project.pack
-    write_tiny_t5(pack.resolve_material(project, "teacher"), prompts)
+    if pack.id == "t5xxl_pixart":
+        write_tiny_t5(pack.resolve_material(project, "teacher"), prompts)
+    elif pack.id == "llada_image":
+        write_tiny_sigvq(pack.resolve_material(project, "sigvq"))

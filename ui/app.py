@@ -133,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     ctx = make_context(args.projects_root, allow=args.allow_dir)
     if args.demo:
-        root = setup_tab.run_demo(ctx)[0]
+        root = setup_tab.run_demo(ctx, args.demo_pack)[0]
         print(f"demo: {root or 'could not be started (see the GUI)'}", flush=True)
     serve(ctx, args.host, args.port, args.share, args.auth, open_browser=not args.no_browser)
     return 0

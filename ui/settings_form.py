@@ -145,7 +145,8 @@ def problem_updates(error: ConfigError | None) -> list[Any]:
 
 
 def visibility_updates(project: Project) -> list[Any]:
-    """Image-only corpus fields on image packs, text-only ones on text packs."""
+    """Image-only corpus fields on image packs, text-only ones on text packs; the SigVQ export and
+    the teacher placement on LLaDA, the teacher mode on the others."""
     image = project.pack.corpus_kind == "image"
     updates = []
     for field in FIELDS:
@@ -156,6 +157,8 @@ def visibility_updates(project: Project) -> list[Any]:
             updates.append(gr.update(visible=not image))
         elif field.key == "export.export_sigvq":
             updates.append(gr.update(visible=project.pack.id == "llada_image"))
+        elif field.key in ("precompute.placement", "precompute.teacher_mode"):   # the pack's own control
+            updates.append(gr.update(visible=field.key.endswith(project.pack.teacher_control)))
         else:
             updates.append(gr.update())
     return updates

@@ -8,6 +8,7 @@ from typing import Any
 import gradio as gr
 
 from trainer_core.config import ConfigError
+from trainer_core.demo import DEMO_PACKS
 from trainer_core.materials import MaterialStatus, all_statuses
 from trainer_core.errors import TrainerError
 from trainer_core.packs import PACKS, get_pack
@@ -209,12 +210,12 @@ def start_run(ctx: Ctx, project_path: str | None, anyway: bool = False) -> tuple
     return banner(f"Pipeline started (pid {pid}); follow it on the Train tab.", "ok"), gr.update(visible=False)
 
 
-def run_demo(ctx: Ctx) -> tuple:
-    """Build the demo project (once) under the demo folder and start it."""
+def run_demo(ctx: Ctx, pack_id: str = "t5xxl_pixart") -> tuple:
+    """Build the pack's demo project (once) under the demo folder and start it."""
     from trainer_core.demo import build_demo
-    root = ctx.demo_root / get_pack("t5xxl_pixart").default_folder
     try:
-        project = Project.open(root) if folder_is_project(root) else build_demo(root, "t5xxl_pixart")
+        root = ctx.demo_root / get_pack(pack_id).default_folder
+        project = Project.open(root) if folder_is_project(root) else build_demo(root, pack_id)
         remember_last_project(project.root)
         ctx.supervisor.attach(project.root)
         status = runtime_status(project)["status"]
@@ -260,6 +261,8 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
                                    scale=4, elem_id="open-path")
             open_btn = gr.Button("Open", scale=1, elem_id="open-btn")
             demo_btn = gr.Button("Try the demo", variant="primary", scale=1, elem_id="demo-btn")
+            demo_pack = gr.Dropdown([(PACKS[p].title.split(" (")[0], p) for p in DEMO_PACKS], value="t5xxl_pixart",
+                                    label="Demo pack", scale=1, elem_id="demo-pack")
         with gr.Accordion("+ New project", open=False):
             with gr.Row():
                 new_name = gr.Textbox(label="Adapter name", placeholder="pig_<folder>", elem_id="new-name")
@@ -294,7 +297,7 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     open_btn.click(lambda p: open_project(ctx, p), [open_path], view_outputs, api_name="open_project")
     create_btn.click(lambda n, k, r: create_project(ctx, n, k, r), [new_name, new_pack, new_root], view_outputs,
                      api_name="create_project")
-    demo_btn.click(lambda: run_demo(ctx), [], view_outputs, api_name="run_demo")
+    demo_btn.click(lambda k: run_demo(ctx, k), [demo_pack], view_outputs, api_name="run_demo")
     save_btn.click(lambda p, t, *v: save_settings(ctx, p, t, *v), [project_state, hf_token, *fields.values()],
                    view_outputs, api_name="save_settings")
     # an opened project's materials are checked against the Hub once (and found copies linked);

@@ -200,3 +200,27 @@ def test_path_settings_outside_the_roots_are_refused_on_their_field(ctx):
     assert "Saved" in setup_tab.save_settings(ctx, out[0], "", *values)[1]
     setup_tab.open_project(ctx, out[0])
     assert ctx.paths.roots == roots                                          # settings never widen them
+
+
+def test_the_demo_button_builds_the_chosen_packs_demo(ctx, monkeypatch):
+    started = []
+    monkeypatch.setattr(ctx.supervisor, "start_run", lambda root: started.append(root) or 4242)
+    out = setup_tab.run_demo(ctx, "llada_image")
+    root = ctx.demo_root / "llada_adapter"
+    assert out[0] == str(root) and "Demo started (pid 4242)" in out[1] and started == [root]
+    project = Project.open(root)
+    assert project.pack.id == "llada_image" and project.settings.precompute.mock_teacher is True
+    values = dict(zip(KEYS, _values(out)))
+    assert values["precompute.mock_teacher"] is True
+    refused = setup_tab.run_demo(ctx, "qwen3vl_mageflow")
+    assert refused[0] is None and "The demo runs the t5xxl_pixart and llada_image packs" in refused[1]
+    assert not (ctx.demo_root / "qwen3vl_4b_adapter").exists() and started == [root]
+
+
+def test_the_form_shows_the_packs_own_teacher_placement_control(ctx):
+    from ui.settings_form import FIELDS, visibility_updates
+    for pack, shown, hidden in (("llada_image", "precompute.placement", "precompute.teacher_mode"),
+                                ("t5xxl_pixart", "precompute.teacher_mode", "precompute.placement")):
+        out = setup_tab.create_project(ctx, f"p_{pack}", pack, str(ctx.projects_root))
+        updates = dict(zip([f.key for f in FIELDS], visibility_updates(Project.open(out[0]))))
+        assert updates[shown]["visible"] is True and updates[hidden]["visible"] is False

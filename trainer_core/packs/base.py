@@ -91,7 +91,8 @@ class TrainerPack:
     max_len_student: int = 512    # student tokens kept per prompt (resampler kinds truncate)
     materials: tuple[Material, ...] = STUDENT_MATERIALS
     metric_names: tuple[str, ...] = ()     # eval.json keys, in the order the GUI shows them
-    ggk_args: str = ""            # the engine flags that use the adapter ({gguf} is replaced)
+    ggk_args: str = ""            # the engine flags that use the adapter ({gguf}, {sigvq} are replaced)
+    teacher_control: str = "teacher_mode"   # the precompute setting that places the teacher ("placement")
 
     def __post_init__(self) -> None:
         if self.adapter_kind not in ADAPTER_KINDS:

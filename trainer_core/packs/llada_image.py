@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 # the reference shapes: 256 QueryFormer rows of the 2560-wide text_projection output
 NUM_QUERIES, OUT_DIM = 256, 2560
+MAX_LEN_TEACHER = 2048     # teacher tokens kept per prompt
 
 TEACHER = Material(
     "teacher", "LLaDA-Image-Turbo text encoder, QueryFormer, text_projection, tokenizer (teacher)",
@@ -30,26 +31,45 @@ EMPTY = "<role>HUMAN</role> Generate an image.\n<role>ASSISTANT</role>\n<IMAGE1>
 class LLaDAPack(TrainerPack):
 
     def teacher_dims(self, project: "Project") -> dict[str, int]:
-        return {"out_dim": OUT_DIM, "num_queries": NUM_QUERIES}
+        """projection_dim and num_queries of the snapshot's text_projection / queryformer configs
+        (the reference shape when the teacher is mocked and not downloaded)."""
+        from ..shards import mock_enabled
+        from .llada_teacher import teacher_dims
+        root = self.resolve_material(project, "teacher")
+        if not (root / "text_projection" / "config.json").is_file() and mock_enabled(project):
+            return {"out_dim": OUT_DIM, "num_queries": NUM_QUERIES}
+        dims = teacher_dims(self.require_material(project, "teacher"))
+        return {"out_dim": dims["out_dim"], "num_queries": dims["num_queries"]}
+
+    def build_teacher(self, project: "Project", device: Any) -> Any:
+        from .llada_teacher import LLaDATeacher
+        p = project.settings.precompute
+        return LLaDATeacher(self.require_material(project, "teacher"), device=device, placement=p.placement,
+                            gpu_mem_gib=p.gpu_mem_gib, cpu_mem_gib=p.cpu_mem_gib)
 
     def build_mock_teacher(self, project: "Project") -> Any:
-        from .mock_teachers import MockQueryTeacher
+        from .llada_teacher import MockLLaDATeacher
         dims = self.teacher_dims(project)
-        return MockQueryTeacher(dims["out_dim"], dims["num_queries"])
+        return MockLLaDATeacher(dims["out_dim"], dims["num_queries"])
 
     def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Resampler layout: every prompt supervises all `num_queries` rows."""
+        """Resampler layout: every prompt supervises all `num_queries` rows. The teacher runs in
+        greedy batches of the length-sorted prompts, a prompt counting its teacher tokens plus
+        the queries (§A.5); the shard keeps that order."""
         import torch
-        tokens, q_rows, truncated = student.rows([self.format_prompt(p) for p in prompts],
-                                                 self.max_len_student, budgets.student_batch,
+
+        from ..batching import greedy_batches
+        formatted = [self.format_prompt(p) for p in prompts]
+        lens = teacher.text_lens(formatted)
+        order = sorted(range(len(prompts)), key=lens.__getitem__)           # stable: by teacher length
+        prompts, formatted = [prompts[i] for i in order], [formatted[i] for i in order]
+        sizes = [lens[i] + teacher.num_queries for i in order]
+        rows = [teacher.forward_prompts([formatted[i] for i in batch]).to(torch.bfloat16)
+                for batch in greedy_batches(sizes, budgets.teacher_batch, budgets.tok_budget)]
+        t = torch.cat(rows)                                                 # [S, NQ, out]
+        tokens, q_rows, truncated = student.rows(formatted, self.max_len_student, budgets.student_batch,
                                                  budgets.student_tok_budget)
-        order = sorted(range(len(prompts)), key=lambda i: len(tokens[i]))   # stable: by student length
-        prompts = [prompts[i] for i in order]
-        tokens, q_rows = [tokens[i] for i in order], [q_rows[i] for i in order]
-        rows = [teacher.forward_prompts(prompts[i:i + budgets.teacher_batch]).to(torch.bfloat16)
-                for i in range(0, len(prompts), budgets.teacher_batch)]
-        t = torch.cat(rows)                                                # [S, NQ, out]
         t_pack = t.reshape(-1, t.shape[-1])
         t64 = t_pack.double()
         tensors = {
@@ -60,7 +80,8 @@ class LLaDAPack(TrainerPack):
             "stat_s": t64.sum(0), "stat_s2": (t64 * t64).sum(0),
             "stat_n": torch.tensor([t_pack.shape[0]], dtype=torch.int64),
         }
-        return tensors, {"prompts": prompts, "num_queries": int(t.shape[1]), "truncated_student": truncated}
+        return tensors, {"prompts": prompts, "num_queries": int(t.shape[1]), "truncated_student": truncated,
+                         "truncated_teacher": sum(n >= MAX_LEN_TEACHER for n in lens)}
 
     def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
         from ..adapter import AdapterConfig
@@ -97,5 +118,6 @@ PACK = LLaDAPack(
     materials=STUDENT_MATERIALS + (TEACHER, SIGVQ),
     metric_names=("cos_centered", "cos_rms", "worst_row_cos_rms", "rel_mse", "cos_raw", "roundtrip_cos",
                   "trained_steps", "val_batches"),
-    ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf} --llm_vision pig_llada_sigvq-f16.gguf",
+    teacher_control="placement",
+    ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf} --llm_vision {sigvq}",
 )

@@ -17,12 +17,15 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from ..errors import TrainerError
+
 __all__ = ["ensure_default_rope", "default_rope_init", "rope_modules", "table_problem", "repair_rope_tables",
            "check_rope_tables", "RopeError"]
 
 
-class RopeError(RuntimeError):
-    """A rotary table that could not be repaired: the teacher must not run."""
+class RopeError(TrainerError, RuntimeError):
+    """A rotary table that could not be repaired: the teacher must not run (the stage reports
+    the message and fails; no traceback, it is not a bug of ours)."""
 
 
 def default_rope_init(config: Any, device: torch.device | None = None, *_: Any, **__: Any) -> tuple[torch.Tensor, float]:

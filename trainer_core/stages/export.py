@@ -24,6 +24,9 @@ def ggk_command(project: Project) -> str:
     args = project.pack.ggk_command(str(project.gguf_path()))
     if student is not None:
         args = args.replace("pig_clip-q8_0.gguf", str(student))
+    if "{sigvq}" in args:                      # LLaDA: the vision encoder exported beside the adapter
+        from ..sigvq import sigvq_path
+        args = args.replace("{sigvq}", str(sigvq_path(project)))
     return "ggk diffuser engine -- --diffusion-model MODEL.gguf --vae VAE.gguf " + args + ' -p "a prompt" -o out.png'
 
 

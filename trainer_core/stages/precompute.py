@@ -41,6 +41,8 @@ def load_models(project: Project, report: Report) -> tuple[Any, Any, Any]:
                message="MOCK teacher: synthetic targets — a smoke test of the machinery, never a usable adapter")
     else:
         teacher = pack.build_teacher(project, device)
+        for note in getattr(teacher, "notes", ()):      # what loading had to repair or decide
+            report("log", level="warning" if "rebuilt" in note else "info", message=note)
         report("log", level="info", message=f"teacher loaded ({getattr(teacher, 'mode', 'resident')} on {device})")
     return student, teacher, device
 
