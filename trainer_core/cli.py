@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="create a project on tiny offline models (try the whole pipeline now)")
     demo.add_argument("--project", metavar="DIR", help="default: ./gguf-trainer-demo/<pack folder>")
-    demo.add_argument("--pack", default="t5xxl_pixart", metavar="ID")
+    demo.add_argument("--pack", default="t5xxl_pixart", metavar="ID", help="t5xxl_pixart (default) or llada_image")
 
     inspect = sub.add_parser("inspect", help="describe an adapter or student GGUF and its layout problems")
     inspect.add_argument("file", metavar="FILE.gguf")

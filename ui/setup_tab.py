@@ -47,12 +47,14 @@ def disk_estimate(project: Project) -> str:
         how = f"measured on {done} samples"
     else:
         try:
-            dims = project.pack.teacher_dims(project)
-        except TrainerError:
-            return f"Shards on disk: estimated after the first shard, for {samples} samples, under {project.root / 'shards'}"
+            dims, how = project.pack.teacher_dims(project), "estimated from the pack's shapes"
+        except TrainerError:          # the teacher is not downloaded yet: the real teacher's shapes
+            dims, how = dict(project.pack.reference_dims), "estimated from the real teacher's shapes"
+            if not dims:
+                return (f"Shards on disk: estimated after the first shard, for {samples} samples, under "
+                        f"{project.root / 'shards'}")
         rows = dims.get("num_queries") or 60
         per = 60 * 1024 * 2 + rows * dims["out_dim"] * 2
-        how = "estimated from the pack's shapes"
     return (f"Shards on disk: ≈ {fmt_size(int(per * samples))} for {samples} samples "
             f"({fmt_size(int(per))} each, {how}), under {project.root / 'shards'}")
 

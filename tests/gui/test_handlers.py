@@ -224,3 +224,13 @@ def test_the_form_shows_the_packs_own_teacher_placement_control(ctx):
         out = setup_tab.create_project(ctx, f"p_{pack}", pack, str(ctx.projects_root))
         updates = dict(zip([f.key for f in FIELDS], visibility_updates(Project.open(out[0]))))
         assert updates[shown]["visible"] is True and updates[hidden]["visible"] is False
+
+
+def test_a_llada_project_estimates_its_shards_before_the_teacher_is_downloaded(ctx):
+    from ui.common import fmt_size
+    out = setup_tab.create_project(ctx, "llada", "llada_image", str(ctx.projects_root))
+    project = Project.open(out[0])
+    samples = project.settings.corpus.n_train + project.settings.corpus.n_val          # 60000 + 1024
+    per = 60 * 1024 * 2 + 256 * 2560 * 2              # student rows + [256, 2560] bf16 targets: 1,433,600 B
+    text = setup_tab.disk_estimate(project)
+    assert f"≈ {fmt_size(per * samples)} for {samples} samples" in text and "real teacher's shapes" in text

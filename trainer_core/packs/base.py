@@ -93,6 +93,7 @@ class TrainerPack:
     metric_names: tuple[str, ...] = ()     # eval.json keys, in the order the GUI shows them
     ggk_args: str = ""            # the engine flags that use the adapter ({gguf}, {sigvq} are replaced)
     teacher_control: str = "teacher_mode"   # the precompute setting that places the teacher ("placement")
+    reference_dims: Mapping[str, int] = field(default_factory=dict)  # the real teacher's shapes, for estimates
 
     def __post_init__(self) -> None:
         if self.adapter_kind not in ADAPTER_KINDS:

@@ -119,5 +119,6 @@ PACK = LLaDAPack(
     metric_names=("cos_centered", "cos_rms", "worst_row_cos_rms", "rel_mse", "cos_raw", "roundtrip_cos",
                   "trained_steps", "val_batches"),
     teacher_control="placement",
+    reference_dims={"out_dim": OUT_DIM, "num_queries": NUM_QUERIES},
     ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf} --llm_vision {sigvq}",
 )

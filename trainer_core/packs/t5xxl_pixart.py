@@ -131,6 +131,7 @@ PACK = PixArtPack(
         "adapter.teacher": "callgg/t5-v1_1-xxl-encoder-bf16",
     },
     max_len_student=256,
+    reference_dims={"out_dim": T5_WIDTH, "num_queries": T5_WINDOW},   # an upper bound: ~40 slots are real
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos", "cos_rms", "rel_mse", "worst_row_cos", "cos_eos", "roundtrip_cos",
                   "trained_steps", "val_batches"),

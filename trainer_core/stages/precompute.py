@@ -78,7 +78,7 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
         except TrainerError:
             raise
         except Exception as e:
-            raise TrainerError(_shard_failure(split, index, e, done, total)) from e
+            raise TrainerError(_shard_failure(split, index, e, done, total, pack.teacher_control)) from e
         meta = {"pack": pack.id, "kind": pack.adapter_kind, "contract": contract_for(project),
                 "mock_teacher": mock_enabled(project), "teacher_mode": getattr(teacher, "mode", ""),
                 "student": pack.resolve_material(project, "student").name, "split": split, "shard": index,
@@ -92,18 +92,21 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
         rate = sum(rates) / len(rates)
         left = sum(min(size, len(corpus) - i * size) for i in missing[n + 1:])
         report("artifact", path=str(path), kind=f"shard_{split}", samples=len(prompts),
-               truncated_student=extra.get("truncated_student", 0))
+               truncated_student=extra.get("truncated_student", 0),
+               **{k: extra[k] for k in ("truncated_teacher",) if k in extra})
         report("progress", count=done, total=total, unit="shards", rate=round(rate, 2),
                eta_s=round(left / rate, 1), detail=f"{split} shard {index + 1}/{total} ({rate:.1f} prompts/s)")
     return "done"
 
 
-def _shard_failure(split: str, index: int, error: Exception, done: int, total: int) -> str:
+def _shard_failure(split: str, index: int, error: Exception, done: int, total: int, control: str) -> str:
     kept = f"the {done} finished {split} shard(s) of {total} are kept"
     text = " ".join(str(error).split())
     if "out of memory" in text.lower():
+        offload = ("a smaller precompute.gpu_mem_gib (more of the teacher in CPU RAM)" if control == "placement"
+                   else "precompute.teacher_mode offload")
         return (f"Out of memory while computing {split} shard {index}; {kept}. Lower precompute.teacher_batch "
-                f"or precompute.tok_budget, or use precompute.teacher_mode offload, then start again.")
+                f"or precompute.tok_budget, or use {offload}, then start again.")
     return f"The teacher or student failed on {split} shard {index} ({type(error).__name__}: {text}); {kept}."
 
 
