@@ -352,12 +352,12 @@ def cmd_download(args: argparse.Namespace) -> int:
         print(f"{material_id}: found and linked {path}")
     project = Project.open(args.project)
     ids = set(args.id or [])
-    unknown = ids - {m.id for m in project.pack.materials}
+    unknown = ids - {m.id for m in project.pack.project_materials(project)}
     if unknown:
         raise TrainerError(f"{', '.join(sorted(unknown))}: no such material in {project.pack.id}; "
-                           f"choose from {', '.join(m.id for m in project.pack.materials)}.")
+                           f"choose from {', '.join(m.id for m in project.pack.project_materials(project))}.")
     failed = 0
-    for m in project.pack.materials:
+    for m in project.pack.project_materials(project):
         if (ids and m.id not in ids) or (not ids and not wanted(project, m)) or (args.required_only and not m.required):
             continue
         if m.kind == "local_file":

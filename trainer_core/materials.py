@@ -209,7 +209,7 @@ def all_statuses(project: Project, online: bool = True) -> list[MaterialStatus]:
     when the Hub cannot be reached)."""
     out = []
     token = token_for(project)
-    for m in project.pack.materials:
+    for m in project.pack.project_materials(project):
         listing = None
         if online and m.kind == "hf_snapshot":
             try:
@@ -270,7 +270,7 @@ def adopt_existing(project: Project) -> list[tuple[str, Path]]:
     """Link found copies of materials that are not complete at their own path and not being
     downloaded (a path override in project.json; nothing is copied). Returns what was linked."""
     linked = []
-    for m in project.pack.materials:
+    for m in project.pack.project_materials(project):
         if job_running(project, m.id) or material_status(project, m).status == "ready":
             continue
         found = discover(project, m)

@@ -87,7 +87,7 @@ def download_one(project_path: str | None, material_id: str | None) -> tuple:
         return (banner("Pick a material first."), *refresh(project_path, material_id, online=False))
     try:
         project = Project.open(project_path)
-        if material_id not in {m.id for m in project.pack.materials}:
+        if material_id not in {m.id for m in project.pack.project_materials(project)}:
             raise TrainerError(f"{material_id} is not a material of the {project.pack.id} pack.")
         pid = start_job(project, material_id)
     except TrainerError as e:

@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # the stages import torch; the registry stays light
     from ..adapter import AdapterConfig
     from ..project import Project
 
-__all__ = ["TrainerPack", "Material", "Budgets", "ADAPTER_KINDS", "CORPUS_KINDS", "STUDENT_MATERIALS"]
+__all__ = ["TrainerPack", "Material", "Budgets", "ADAPTER_KINDS", "CORPUS_KINDS", "STUDENT_MATERIALS",
+           "IMAGE_PRESET_MATERIALS"]
 
 ADAPTER_KINDS = ("resampler", "seeded_resampler", "token_aligned_vision")
 CORPUS_KINDS = ("text", "image")
@@ -57,6 +58,19 @@ STUDENT_MATERIALS = (
                        "vocab.json", "merges.txt"),
              subdir="pig-clip-tokenizer", size_hint="~11 MB"),
 )
+
+
+# The image datasets of the image packs' corpus, one material per entry of corpus.image_presets.
+IMAGE_PRESET_MATERIALS = {
+    "flickr30k": Material("images_flickr30k", "Flickr30k photos and captions (image corpus)", "hf_snapshot",
+                          repo="nlphuji/flickr30k", repo_type="dataset",
+                          patterns=("flickr30k-images.zip", "flickr_annotations_30k.csv"), subdir="flickr30k",
+                          size_hint="~4.4 GB", hint="31k photos with 5 captions each"),
+    "coco_captions": Material("images_coco_captions", "COCO captions, Karpathy train split (image corpus)",
+                              "hf_snapshot", repo="Multimodal-Fatima/COCO_captions_train", repo_type="dataset",
+                              patterns=("data/*.parquet",), subdir="coco_captions", size_hint="~17 GB",
+                              hint="113k photos with 5 captions each, in 38 parquet shards"),
+}
 
 
 @dataclass(frozen=True)
@@ -116,10 +130,21 @@ class TrainerPack:
         return self.ggk_args.replace("{gguf}", gguf)
 
     # ------------------------------------------------------------ materials
+    def project_materials(self, project: "Project") -> tuple[Material, ...]:
+        """The pack's materials plus, for image packs, one per image preset the corpus uses."""
+        if self.corpus_kind != "image":
+            return self.materials
+        return self.materials + tuple(IMAGE_PRESET_MATERIALS[p] for p in project.settings.corpus.image_presets
+                                      if p in IMAGE_PRESET_MATERIALS)
+
     def material(self, material_id: str) -> Material:
         for m in self.materials:
             if m.id == material_id:
                 return m
+        if self.corpus_kind == "image":
+            for m in IMAGE_PRESET_MATERIALS.values():
+                if m.id == material_id:
+                    return m
         raise KeyError(material_id)
 
     def resolve_material(self, project: "Project", material_id: str) -> Path | None:
