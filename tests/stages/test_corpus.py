@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import write_prompts
-from trainer_core.errors import CorpusError, StageNotAvailableError
+from trainer_core.errors import CorpusError
 from trainer_core.events import ListReport
 from trainer_core.project import Project
 from trainer_core.stages import corpus
@@ -489,13 +489,6 @@ def test_files_mode_invalid_utf8(tmp_path):
 
 
 # ---------------------------------------------------------------- image packs
-
-def test_image_pack_not_available(tmp_path):
-    project = Project.create(tmp_path / "img", "qwen3vl_mageflow")
-    with pytest.raises(StageNotAvailableError):
-        run(project, ListReport())
-    assert no_corpus_written(project)
-
 
 # ---------------------------------------------------------------- corpus files
 

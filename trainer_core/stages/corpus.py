@@ -1,4 +1,6 @@
-"""Corpus stage, text packs: prompt files → data/train.txt and data/val.txt.
+"""Corpus stage: prompt files → data/train.txt and data/val.txt (text packs); image packs build
+data/train.jsonl and data/val.jsonl in `trainer_core.image_corpus`, with these prompt sources as
+their text-only share.
 
 Sources are read in order (Hub presets, then `corpus.extra_files`); every prompt is
 whitespace-normalised, kept when `min_chars ≤ len ≤ max_chars`, de-duplicated
@@ -11,6 +13,7 @@ The stage is short and writes in one piece, so a stop request waits for it to fi
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -20,13 +23,14 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..atomic import atomic_write_text
-from ..errors import CorpusError, StageNotAvailableError
+from ..errors import CorpusError
 from ..events import Report
+from ..image_corpus import build_image_corpus
 from ..project import Project
 from ..prompt_presets import PRESETS, read_preset
 from .base import never, stage_main
 
-__all__ = ["run", "read_prompt_file", "build_pool", "split_corpus", "read_corpus", "write_corpus"]
+__all__ = ["run", "prompt_sources", "read_prompt_file", "build_pool", "split_corpus", "read_corpus", "write_corpus"]
 
 
 def read_corpus(path: Path) -> list[str]:
@@ -159,15 +163,10 @@ def _files_mode(project: Project, report: Report) -> str:
     return "done"
 
 
-def run(project: Project, report: Report, should_stop: Callable[[], bool] = never) -> str:
-    pack, c = project.pack, project.settings.corpus
-    if pack.corpus_kind == "image":
-        raise StageNotAvailableError(
-            f"The image corpus of the {pack.id} pack is not available in this version yet; "
-            f"place data/train.jsonl and data/val.jsonl in the project to skip this stage.")
-    if c.mode == "files":
-        return _files_mode(project, report)
-
+def prompt_sources(project: Project, report: Report) -> list[tuple[str, Iterator[str]]]:
+    """The prompt sources: each `corpus.presets` dataset (one that fails is skipped with a
+    warning), then each `corpus.extra_files` file; CorpusError when there is none."""
+    c = project.settings.corpus
     sources: list[tuple[str, Iterator[str]]] = []
     token = project.settings.hf_token or os.environ.get("HF_TOKEN") or None
     for preset_id in c.presets:
@@ -188,8 +187,20 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     for i, path in enumerate(files):
         report("progress", count=i, total=len(files), unit="files", detail=f"reading {path.name}")
         sources.append((str(path), read_prompt_file(path)))
+    return sources
+
+
+def run(project: Project, report: Report, should_stop: Callable[[], bool] = never) -> str:
+    pack, c = project.pack, project.settings.corpus
+    if pack.corpus_kind == "image":
+        return build_image_corpus(project, report, should_stop, functools.partial(prompt_sources, project, report))
+    if c.mode == "files":
+        return _files_mode(project, report)
+
+    sources = prompt_sources(project, report)
+    n_files = len(c.extra_files)
     pool, stats = build_pool(sources, c.min_chars, c.max_chars)
-    report("progress", count=len(files), total=max(len(files), 1), unit="files", detail="splitting")
+    report("progress", count=n_files, total=max(n_files, 1), unit="files", detail="splitting")
     for name, kept in stats.per_source.items():
         report("log", level="info", message=f"{name}: {kept} prompts kept")
     report("log", level="info",
