@@ -33,6 +33,9 @@ class Batch:
     tmask: torch.Tensor                # [B, R] bool: supervised rows
     seed_ids: torch.Tensor | None      # [B, window] seeded packs
     seed_len: torch.Tensor | None      # [B]
+    vis: torch.Tensor | None = None        # [B, L, vis_dim] token-aligned: raw vision rows at the slots, else 0
+    vision: torch.Tensor | None = None     # [B, L] bool: image-slot rows
+    sup_start: torch.Tensor | None = None  # [B] where the engine's slice starts (64 edit / 34 t2i)
 
     @property
     def size(self) -> int:
@@ -43,8 +46,15 @@ class Batch:
         at half the bytes and are widened there; bf16 → f32 is exact, so either way gives
         the same numbers)."""
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        vis = move(self.vis)
         return Batch(move(self.h).float(), move(self.mask), move(self.target).float(), move(self.tmask),
-                     move(self.seed_ids), move(self.seed_len))
+                     move(self.seed_ids), move(self.seed_len), None if vis is None else vis.float(),
+                     move(self.vision), move(self.sup_start))
+
+    def parts(self) -> tuple[torch.Tensor | None, ...]:
+        """Every field in order (for slicing a batch into micro-batches)."""
+        return (self.h, self.mask, self.target, self.tmask, self.seed_ids, self.seed_len, self.vis, self.vision,
+                self.sup_start)
 
 
 def _mmap_tensor(path: Path, name: str) -> torch.Tensor:
@@ -80,6 +90,16 @@ class _ShardRows:
         self.seed_ids = self.shard["seed_ids"].long() if self.seeded else None
         self._q = _mmap_tensor(path, "q_pack")
         self._t = _mmap_tensor(path, "t_pack")
+        self.token_aligned = "v_pack" in self.shard.keys
+        if self.token_aligned:      # image blocks: sample, first slot, length; offsets into v_pack
+            self._v = _mmap_tensor(path, "v_pack")
+            self.sup_start = self.shard["sup_start"].long()
+            vis_sample, vis_len = self.shard["vis_sample"].long(), self.shard["vis_len"].long()
+            offsets = (torch.cumsum(vis_len, 0) - vis_len).tolist()
+            self.blocks: list[list[tuple[int, int, int]]] = [[] for _ in range(len(self.len))]
+            for s, start, n, off in zip(vis_sample.tolist(), self.shard["vis_start"].tolist(), vis_len.tolist(),
+                                        offsets):
+                self.blocks[s].append((start, n, off))
 
     def __len__(self) -> int:
         return len(self.len)
@@ -131,7 +151,16 @@ def collate(src: _ShardRows, rows: list[int], keep_dtype: bool = False, pin: boo
     target, tmask = _gather(src._t, src.t_off[idx], t_lens, R, keep_dtype, pin)
     seed_ids = src.seed_ids[idx] if src.seeded else None
     seed_len = t_lens if src.seeded else None
-    return Batch(h, mask, target, tmask, seed_ids, seed_len)
+    if not src.token_aligned:
+        return Batch(h, mask, target, tmask, seed_ids, seed_len)
+    dtype = src._v.dtype if keep_dtype else torch.float32
+    vis = torch.zeros(len(rows), L, src._v.shape[1], dtype=dtype, pin_memory=pin)       # [B, L, vis]
+    vision = torch.zeros(len(rows), L, dtype=torch.bool)
+    for b, row in enumerate(rows):
+        for start, n, off in src.blocks[row]:
+            vis[b, start:start + n].copy_(src._v[off:off + n])
+            vision[b, start:start + n] = True
+    return Batch(h, mask, target, tmask, seed_ids, seed_len, vis, vision, src.sup_start[idx])
 
 
 @dataclass

@@ -202,6 +202,28 @@ class Student:
                 out[i] = states[row, :len(tokens[i])].clone()
         return tokens, out, truncated  # type: ignore[return-value]
 
+    def vision_rows(self, token_lists: list[list[int]], vision: list[list[tuple[int, torch.Tensor]]],
+                    max_batch: int, tok_budget: int) -> list[torch.Tensor]:
+        """Final-norm rows [len_i, H] bf16 on the CPU per sample, in input order, with rows spliced into
+        the input embeddings at the image slots (`vision[i]`: (first slot, rows [n, H]) per image, the
+        mmproj embeds already mapped by vision_proj), in length-sorted greedy batches; as the engine."""
+        order = sorted(range(len(token_lists)), key=lambda i: len(token_lists[i]))
+        out: list[torch.Tensor | None] = [None] * len(token_lists)
+        embed = self.model.embed_tokens
+        for batch in greedy_batches([len(token_lists[i]) for i in order], max_batch, tok_budget):
+            members = [order[j] for j in batch]
+            ids, mask = self.batch([token_lists[i] for i in members])
+            with torch.no_grad():
+                x = embed(ids.to(self.device))                                          # [b, L, H]
+                for row, i in enumerate(members):
+                    for start, rows in vision[i]:
+                        x[row, start:start + rows.shape[0]] = rows.to(self.device, x.dtype)
+                states = self.model(inputs_embeds=x, attention_mask=mask.to(self.device, torch.long)
+                                    ).last_hidden_state.to("cpu", torch.bfloat16)
+            for row, i in enumerate(members):
+                out[i] = states[row, :len(token_lists[i])].clone()
+        return out  # type: ignore[return-value]
+
     def encode(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """(states [B, L, H] float32, mask [B, L] bool on the model's device) for `texts`."""
         ids, mask = self.batch([self.tokenize(t) for t in texts])

@@ -81,6 +81,7 @@ class Budgets:
     tok_budget: int
     student_batch: int
     student_tok_budget: int
+    vis_tok_budget: int = 0      # image packs: merged vision tokens per vision-tower batch
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,17 @@ class TrainerPack:
         return Budgets(p.teacher_batch or 24, p.tok_budget or 12288, p.student_batch or 64,
                        p.student_tok_budget or (p.student_batch or 64) * self.max_len_student)
 
-    def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets
+    def read_samples(self, project: "Project", path: Path) -> list[Any]:
+        """The samples of a corpus file, as make_shard takes them (text packs: the prompts)."""
+        from ..stages.corpus import read_corpus
+        return read_corpus(path)
+
+    def prepare(self, project: "Project", student: Any, teacher: Any, report: Any) -> Any:
+        """Once per precompute stage, after the models are loaded: checks and fits that make_shard
+        needs; what it returns is handed to every make_shard call."""
+        return None
+
+    def make_shard(self, prompts: list[Any], student: Any, teacher: Any, budgets: Budgets, session: Any = None
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
         raise StageNotAvailableError(f"Precompute for the {self.title} pack is not available in this version yet.")
 

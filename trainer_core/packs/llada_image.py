@@ -52,7 +52,7 @@ class LLaDAPack(TrainerPack):
         dims = self.teacher_dims(project)
         return MockLLaDATeacher(dims["out_dim"], dims["num_queries"])
 
-    def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets
+    def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets, session: Any = None
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Resampler layout: every prompt supervises all `num_queries` rows. The teacher runs in
         greedy batches of the length-sorted prompts, a prompt counting its teacher tokens plus

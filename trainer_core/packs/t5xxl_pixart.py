@@ -61,7 +61,7 @@ class PixArtPack(TrainerPack):
         return Budgets(p.teacher_batch or auto["teacher_batch"], p.tok_budget or auto["tok_budget"],
                        student_batch, p.student_tok_budget or student_batch * self.max_len_student)
 
-    def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets
+    def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets, session: Any = None
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
         import torch
 

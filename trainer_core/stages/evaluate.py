@@ -20,7 +20,7 @@ from ..errors import TrainerError
 from ..events import Report
 from ..export import checkpoint_model, load_checkpoint
 from ..gguf_io import read_adapter_gguf
-from ..losses import ResamplerMetrics, SeededMetrics
+from ..losses import ResamplerMetrics, SeededMetrics, TokenAlignedMetrics
 from ..project import Project
 from ..shards import valid_shards
 from ..stream import val_batches
@@ -44,17 +44,21 @@ def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torc
     elif config.kind == "seeded_resampler":
         metrics = SeededMetrics()
     else:
-        raise TrainerError(f"Evaluating {config.kind} adapters is not available in this version yet.")
+        metrics = TokenAlignedMetrics()
     samples = 0
     for batch in val_batches(files, project.settings.train.batch_size):
         batch = batch.to(device)
-        extra = {"seed_ids": batch.seed_ids} if batch.seed_ids is not None else {}
+        extra = ({"seed_ids": batch.seed_ids} if batch.seed_ids is not None else
+                 {"vis": batch.vis} if batch.vis is not None else {})
         pred = adapter.model(batch.h, batch.mask, **extra)                 # teacher scale (folded)
         pred_ck = ck_model(batch.h, batch.mask, **extra)
         if config.standardized:
             pred_ck = pred_ck * sigma + mu
         if config.kind == "resampler":
             metrics.update(pred, batch.target, pred_ck=pred_ck)
+        elif config.token_aligned:
+            metrics.update(pred, batch.target, sup=batch.tmask, vision=batch.vision, sup_start=batch.sup_start,
+                           keep=batch.mask, pred_ck=pred_ck)
         else:
             metrics.update(pred, batch.target, batch.seed_len, pred_ck=pred_ck)
         samples += batch.size

@@ -20,7 +20,6 @@ from ..events import Report
 from ..project import Project
 from ..shards import contract_for, expected_shards, mock_enabled, prepare_split, shard_path, write_shard
 from .base import never, stage_main
-from .corpus import read_corpus
 
 __all__ = ["run", "load_models"]
 
@@ -51,7 +50,7 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
         split: str = "train") -> str:
     pack = project.pack
     train_file, val_file = project.corpus_files()
-    corpus = read_corpus(val_file if split == "val" else train_file)
+    corpus = pack.read_samples(project, val_file if split == "val" else train_file)
     p = project.settings.precompute
     size = p.val_shard_size if split == "val" else p.shard_size
     total = expected_shards(project, split, len(corpus))
@@ -64,6 +63,7 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     if should_stop():
         return "stopped"
     student, teacher, device = load_models(project, report)
+    session = pack.prepare(project, student, teacher, report)
     budgets = pack.budgets(project, device)
     rates: collections.deque[float] = collections.deque(maxlen=5)   # samples/s of the last shards
     done = total - len(missing)
@@ -74,7 +74,7 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
         prompts = corpus[index * size:(index + 1) * size]
         started = time.monotonic()
         try:
-            tensors, extra = pack.make_shard(prompts, student, teacher, budgets)
+            tensors, extra = pack.make_shard(prompts, student, teacher, budgets, session)
         except TrainerError:
             raise
         except Exception as e:
@@ -84,7 +84,7 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
                 "student": pack.resolve_material(project, "student").name, "split": split, "shard": index,
                 "samples": len(prompts), "in_dim": int(tensors["q_pack"].shape[1]),
                 "out_dim": int(tensors["t_pack"].shape[1]), "num_queries": extra.get("num_queries", 0),
-                "storage": "bf16"}
+                "storage": "bf16", **extra.get("meta", {})}
         path = shard_path(project, split, index)
         write_shard(path, tensors, meta, extra["prompts"])
         done += 1

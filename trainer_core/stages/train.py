@@ -51,7 +51,16 @@ class Trainer:
         mu, sigma, floored = load_stats(project, t.sigma_floor)
         self.mu, self.sigma = mu.to(self.device), sigma.to(self.device)
         torch.manual_seed(t.seed)
-        self.model = build_adapter(self.config).to(self.device)
+        model = build_adapter(self.config)
+        if self.config.token_aligned and self.config.vis_dim:
+            from ..vision_proj import load_vision_proj
+            saved = load_vision_proj(project.root / "vision_proj.pt", in_dim, self.config.vis_dim)
+            if saved is None:
+                raise TrainerError(f"{project.root / 'vision_proj.pt'} is missing or does not match this student and "
+                                   "teacher; precompute fits it: reset the shards and run precompute again.")
+            with torch.no_grad():
+                model.vision_proj.weight.copy_(saved["weight"])      # frozen: the engine applies it, we never train it
+        self.model = model.to(self.device)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=t.lr, betas=(0.9, 0.95), weight_decay=t.weight_decay)
         self.step, self.planned = 0, t.steps
@@ -140,8 +149,10 @@ class Trainer:
 
     # ------------------------------------------------------------ math
     def forward(self, batch: Batch) -> torch.Tensor:
+        extra = ({"seed_ids": batch.seed_ids} if batch.seed_ids is not None else
+                 {"vis": batch.vis} if batch.vis is not None else {})
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
-            return self.model(batch.h, batch.mask, **({"seed_ids": batch.seed_ids} if batch.seed_ids is not None else {}))
+            return self.model(batch.h, batch.mask, **extra)
 
     def losses(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         pred = self.forward(batch).float()
@@ -187,14 +198,14 @@ class Trainer:
             return [batch]
         n = max(1, budget // per_row)
         cut = lambda t, a: None if t is None else t[a:a + n]  # noqa: E731
-        return [Batch(*(cut(x, a) for x in (batch.h, batch.mask, batch.target, batch.tmask, batch.seed_ids,
-                                             batch.seed_len))) for a in range(0, batch.size, n)]
+        return [Batch(*(cut(x, a) for x in batch.parts())) for a in range(0, batch.size, n)]
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """Means of per-batch val_cos and val_rel_mse over every val shard (one batch in memory)."""
         self.model.eval()
         cos, rel, n = 0.0, 0.0, 0
+        split = {"vis": [0.0, 0], "txt": [0.0, 0]}        # token-pooled over vision rows / the other rows
         for batch in val_batches(self.val_files, self.t.batch_size, **self.loading):
             batch = batch.to(self.device)
             pred = self.forward(batch).float()
@@ -203,10 +214,18 @@ class Trainer:
                 cos += float(row_cos(pred, target).mean())
                 rel += float(rel_mse(pred * self.sigma + self.mu, batch.target))
             else:
-                cos += float(row_cos(pred, batch.target)[batch.tmask].mean())
+                rows = row_cos(pred, batch.target)
+                cos += float(rows[batch.tmask].mean())
                 rel += float(rel_mse(pred, batch.target, batch.tmask))
+                if batch.vision is not None:
+                    for name, where in (("vis", batch.tmask & batch.vision), ("txt", batch.tmask & ~batch.vision)):
+                        split[name][0] += float(rows[where].sum())
+                        split[name][1] += int(where.sum())
             n += 1
         self.val = {"val_cos": cos / n, "val_rel_mse": rel / n}
+        for name, (total, count) in split.items():
+            if count:                              # a split without rows is left out, not written as 0
+                self.val[f"val_cos_{name}"] = total / count
         self.val_step = self.step
         improved = self.val["val_cos"] > self.best_val_cos
         if improved:
