@@ -42,7 +42,13 @@ DEMO_PACKS = {
     "llada_image": ["corpus.n_train=96", "corpus.n_val=32", "precompute.shard_size=48",
                     "precompute.val_shard_size=32", "precompute.mock_teacher=true",
                     "train.lr=0.002"],   # the mock rows are learnt slowly at the recipe's 2e-4 in 200 steps
+    # a tiny random Qwen3-VL teacher and 32 generated captioned images in a local folder
+    "qwen3vl_mageflow": ["corpus.image_presets=[]", "corpus.image_folders=materials/demo_images",
+                         "corpus.n_image=64", "corpus.n_two=8", "corpus.n_text=48", "corpus.n_val_image=12",
+                         "corpus.n_val_text=12", "precompute.shard_size=60", "precompute.val_shard_size=24",
+                         "train.lr=0.001"],
 }
+DEMO_IMAGES = 32
 
 
 def demo_prompts(n: int = 480, seed: int = SEED) -> list[str]:
@@ -69,7 +75,7 @@ def build_demo(root: str | Path, pack_id: str = "t5xxl_pixart") -> Project:
 
     pack = get_pack(pack_id)
     if pack.id not in DEMO_PACKS:
-        raise UsageError(f"The demo runs the {' and '.join(DEMO_PACKS)} packs in this version; the {pack.id} "
+        raise UsageError(f"The demo runs the {', '.join(DEMO_PACKS)} packs in this version; the {pack.id} "
                          f"demo arrives with its teacher. Use --pack {next(iter(DEMO_PACKS))}.")
     project = Project.create(root, pack.id)
     materials = project.materials_dir
@@ -94,9 +100,42 @@ def build_demo(root: str | Path, pack_id: str = "t5xxl_pixart") -> Project:
 def _build_teacher(project: Project, prompts: list[str]) -> None:
     """The tiny real teacher where the demo has one (PixArt); the others run their mock. LLaDA
     gets a small random SigVQ file, so its export writes the vision GGUF too."""
-    from .tiny import write_tiny_sigvq, write_tiny_t5
+    from .tiny import write_tiny_qwen3vl, write_tiny_sigvq, write_tiny_t5
     pack = project.pack
     if pack.id == "t5xxl_pixart":
         write_tiny_t5(pack.resolve_material(project, "teacher"), prompts)
     elif pack.id == "llada_image":
         write_tiny_sigvq(pack.resolve_material(project, "sigvq"))
+    elif pack.id == "qwen3vl_mageflow":
+        write_tiny_qwen3vl(pack.resolve_material(project, "teacher"))
+        write_demo_images(project.materials_dir / "demo_images", DEMO_IMAGES)
+
+
+def write_demo_images(folder: Path, n: int, seed: int = SEED) -> None:
+    """n small PNG scenes (a sky, ground and a few shapes, in varied sizes) with a caption sidecar
+    each; the same arguments give the same bytes."""
+    from PIL import Image, ImageDraw
+
+    from .atomic import atomic_path
+    rng = random.Random(seed)
+    sizes = ((96, 64), (128, 128), (200, 150), (320, 240), (500, 375), (64, 160), (384, 384), (640, 360))
+    colors = {"red": (200, 40, 40), "blue": (40, 70, 200), "green": (40, 160, 60), "yellow": (230, 200, 40),
+              "purple": (130, 50, 160), "white": (240, 240, 240)}
+    for i in range(n):
+        w, h = sizes[i % len(sizes)]
+        sky, ground = rng.choice(list(colors)), rng.choice(list(colors))
+        image = Image.new("RGB", (w, h), colors[sky])
+        draw = ImageDraw.Draw(image)
+        draw.rectangle([0, h * 2 // 3, w, h], fill=colors[ground])
+        things = []
+        for _ in range(rng.randint(1, 3)):
+            color, shape = rng.choice(list(colors)), rng.choice(("ball", "box"))
+            x, y, r = rng.randrange(w), rng.randrange(h), rng.randint(4, max(5, min(w, h) // 4))
+            (draw.ellipse if shape == "ball" else draw.rectangle)([x - r, y - r, x + r, y + r], fill=colors[color])
+            things.append(f"a {color} {shape}")
+        name = folder / f"scene_{i:03d}.png"
+        with atomic_path(name) as tmp:
+            image.save(tmp, format="PNG")
+        captions = [f"{' and '.join(things)} over {ground} ground under a {sky} sky",
+                    f"{rng.choice(_STYLES)} of {things[0]}"]
+        atomic_write_text(name.with_suffix(".txt"), "\n".join(captions) + "\n")

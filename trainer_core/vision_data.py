@@ -80,7 +80,7 @@ class Sample:
     sup_start: int                   # where the engine's slice starts: 64 edit, 34 text-to-image
 
 
-def build_sample(tokenizer: Any, text: str, image_tokens: Sequence[int] = ()) -> Sample:
+def build_sample(tokenizer: Any, text: str, image_tokens: Sequence[int] = (), what: str = "student") -> Sample:
     """Token ids (BPE over the whole string, no special tokens added) and image slots; the slot
     positions are checked against the ids (a tokenizer that merges across a marker is refused)."""
     ids = tokenizer.encode(sample_string(text, image_tokens), add_special_tokens=False).ids
@@ -89,8 +89,8 @@ def build_sample(tokenizer: Any, text: str, image_tokens: Sequence[int] = ()) ->
         ok = (start + n < len(ids) and ids[start - 1] == VISION_START and ids[start + n] == VISION_END
               and all(t == IMAGE_PAD for t in ids[start:start + n]))
         if not ok:
-            raise ModelFileError(f"The tokenizer does not place image slots where the engine does (an image of "
-                                 f"{n} tokens at {start}); use the pig_clip / Qwen3 tokenizer.")
+            raise ModelFileError(f"The {what} tokenizer does not place image slots where the engine does (an image "
+                                 f"of {n} tokens at {start}); use the pig_clip / Qwen3 tokenizer files.")
         slots.append((start, n))
         start += n + 1 + HEADER_TOKENS
     return Sample(ids, slots, EDIT_START if image_tokens else T2I_START)

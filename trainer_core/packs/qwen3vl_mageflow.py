@@ -112,7 +112,8 @@ class MageFlowPack(TrainerPack):
             check_templates(teacher_tok, "teacher")
             for text in PROBES:
                 for counts in ((), (144,), (144, 144)):
-                    a, b = build_sample(student.tokenizer, text, counts), build_sample(teacher_tok, text, counts)
+                    a = build_sample(student.tokenizer, text, counts)
+                    b = build_sample(teacher_tok, text, counts, what="teacher")
                     if a.ids != b.ids:
                         raise ModelFileError(f"The student and teacher tokenizers disagree on {text!r} with "
                                              f"{len(counts)} image(s) ({len(a.ids)} vs {len(b.ids)} tokens); the "
