@@ -33,6 +33,11 @@ def missing_required(project: Project) -> list[str]:
     return [st.title for st in all_statuses(project, online=False) if st.required and st.status != "ready"]
 
 
+# token-aligned estimate: template + text + suffix tokens of a text-to-image and an edit sample
+# (34 + ~21 + 5, 64 + 7 + ~20), and the merged tokens of a 384 × 384 reference image
+_T2I_ROWS, _EDIT_ROWS, _IMAGE_TOKENS = 60, 91, 144
+
+
 def disk_estimate(project: Project) -> str:
     """Bytes the shards will take: measured from the shards written so far, else from the
     pack's row shapes (2 bytes a value, about 60 student tokens a prompt)."""
@@ -53,8 +58,14 @@ def disk_estimate(project: Project) -> str:
             if not dims:
                 return (f"Shards on disk: estimated after the first shard, for {samples} samples, under "
                         f"{project.root / 'shards'}")
-        rows = dims.get("num_queries") or 60
-        per = 60 * 1024 * 2 + rows * dims["out_dim"] * 2
+        if "vis_dim" in dims:     # token-aligned: a student and a teacher row per token, plus the raw vision rows
+            row = (1024 + dims["out_dim"]) * 2
+            edits, images = c.n_image + c.n_val_image + c.n_two, c.n_image + c.n_val_image + 2 * c.n_two
+            per = ((c.n_text + c.n_val_text) * _T2I_ROWS * row + edits * _EDIT_ROWS * row
+                   + images * _IMAGE_TOKENS * (row + dims["vis_dim"] * 2)) / max(samples, 1)
+        else:
+            rows = dims.get("num_queries") or 60
+            per = 60 * 1024 * 2 + rows * dims["out_dim"] * 2
     return (f"Shards on disk: ≈ {fmt_size(int(per * samples))} for {samples} samples "
             f"({fmt_size(int(per))} each, {how}), under {project.root / 'shards'}")
 

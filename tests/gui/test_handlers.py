@@ -234,3 +234,10 @@ def test_a_llada_project_estimates_its_shards_before_the_teacher_is_downloaded(c
     per = 60 * 1024 * 2 + 256 * 2560 * 2              # student rows + [256, 2560] bf16 targets: 1,433,600 B
     text = setup_tab.disk_estimate(project)
     assert f"≈ {fmt_size(per * samples)} for {samples} samples" in text and "real teacher's shapes" in text
+
+
+def test_a_mageflow_project_estimates_about_the_references_bytes_per_sample(ctx):
+    out = setup_tab.create_project(ctx, "mf", "qwen3vl_mageflow", str(ctx.projects_root))
+    text = setup_tab.disk_estimate(Project.open(out[0]))
+    # the reference's own estimate for the trainer5 mix: 1,797,185 B a sample on average
+    assert "for 87536 samples (1.8 MB each, estimated from the real teacher's shapes)" in text

@@ -257,6 +257,7 @@ PACK = MageFlowPack(
         "adapter.teacher": "Qwen/Qwen3-VL-4B-Instruct",
         "adapter.teacher_tap": "final_norm",
     },
+    reference_dims={"out_dim": OUT_DIM, "vis_dim": VIS_DIM},
     t2i_template=T2I_PREFIX + "{text}" + SUFFIX,
     t2i_start=34,
     max_len_student=1024,
