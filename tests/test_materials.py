@@ -274,3 +274,52 @@ def test_materials_sharing_a_folder_are_told_apart(tmp_path):
     sigvq = materials.material_status(llada, llada.pack.material("sigvq"))
     assert (teacher.status, teacher.bytes_done) == ("ready", 100)
     assert (sigvq.status, sigvq.bytes_done) == ("missing", 0)
+
+
+def test_an_image_preset_is_a_dataset_material_downloaded_and_read_by_the_corpus(tmp_path, monkeypatch):
+    """MageFlow's Flickr30k preset: listed with the pack's materials, fetched from a dataset repo with
+    only its two patterns, then the corpus stage reads the downloaded zip and csv."""
+    import csv
+    import io
+    import json
+    import zipfile
+
+    from PIL import Image
+
+    from trainer_core.events import ListReport
+    from trainer_core.stages import corpus
+
+    images, rows = io.BytesIO(), []
+    with zipfile.ZipFile(images, "w") as z:
+        for i in range(12):
+            png = io.BytesIO()
+            Image.new("RGB", (40 + i, 30), (10 * i, 100, 50)).save(png, format="PNG")
+            z.writestr(f"flickr30k-images/{1000 + i}.jpg", png.getvalue())
+            rows.append({"filename": f"{1000 + i}.jpg", "raw": json.dumps([f"a red ball number {i}", "a dog"])})
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=["filename", "raw"])
+    writer.writeheader()
+    writer.writerows(rows)
+    files = {"flickr30k-images.zip": images.getvalue(), "flickr_annotations_30k.csv": table.getvalue().encode(),
+             "README.md": b"not selected"}
+    monkeypatch.chdir(tmp_path)
+    project = Project.create(tmp_path / "mf", "qwen3vl_mageflow")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(f"prompt number {i} with words\n" for i in range(30)))
+    project.update_settings(["corpus.presets=[]", f"corpus.extra_files={prompts}", "corpus.n_image=6", "corpus.n_two=2",
+                             "corpus.n_text=10", "corpus.n_val_image=2", "corpus.n_val_text=4"])
+    project = Project.open(project.root)
+    assert [m.id for m in project.pack.project_materials(project)][-1] == "images_flickr30k"
+    with LocalHub({"nlphuji/flickr30k": files}, repo_types={"nlphuji/flickr30k": "dataset"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        import huggingface_hub.constants as constants
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        m = project.pack.material("images_flickr30k")
+        materials.download(project, m, lambda e: None)
+        assert _status(project, m.id).status == "ready"
+    dest = project.pack.resolve_material(project, m.id)
+    assert sorted(p.name for p in dest.iterdir()) == ["flickr30k-images.zip", "flickr_annotations_30k.csv"]
+    assert corpus.run(project, ListReport()) == "done"
+    train = [json.loads(line) for line in (project.data_dir / "train.jsonl").read_text().splitlines()]
+    assert sum(len(r["images"]) == 1 for r in train) == 6 and sum(len(r["images"]) == 2 for r in train) == 2
+    assert all((project.data_dir / p).is_file() for r in train for p in r["images"])
