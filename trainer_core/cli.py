@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--demo", action="store_true",
                        help="build (once) and run the demo project on tiny offline models")
     serve.add_argument("--demo-pack", default="t5xxl_pixart", metavar="ID",
-                       help="with --demo: the pack whose demo runs (t5xxl_pixart, llada_image or qwen3vl_mageflow)")
+                       help="with --demo: the pack whose demo runs (t5xxl_pixart, llada_image, qwen3vl_mageflow, qwen3vl_qwenimage)")
     serve.add_argument("--no-gui", action="store_true",
                        help="with --auto-resume: relaunch the interrupted run and exit (for a boot script)")
     serve.add_argument("--share", action="store_true", help="a public gradio.live link (needs --auth)")
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="create a project on tiny offline models (try the whole pipeline now)")
     demo.add_argument("--project", metavar="DIR", help="default: ./gguf-trainer-demo/<pack folder>")
     demo.add_argument("--pack", default="t5xxl_pixart", metavar="ID",
-                      help="t5xxl_pixart (default), llada_image or qwen3vl_mageflow")
+                      help="t5xxl_pixart (default), llada_image, qwen3vl_mageflow or qwen3vl_qwenimage")
 
     inspect = sub.add_parser("inspect", help="describe an adapter or student GGUF and its layout problems")
     inspect.add_argument("file", metavar="FILE.gguf")
@@ -282,6 +282,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  snapshot job: {job['status']} — {job.get('phase') if job['status'] == 'running' else job.get('error')}")
     if report["ggk_command"]:
         print(f"  use it: {report['ggk_command']}")
+        if project.pack.ggk_edit_args:
+            print(f"  to edit images, add: {project.pack.ggk_edit_args}")
     if report["error"] and report["status"] == "failed":
         print(f"  last error: {report['error']} (see {project.pipeline_log})")
     return 0

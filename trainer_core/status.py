@@ -67,6 +67,7 @@ def status_report(project: Project) -> dict[str, Any]:
             "planned_steps": project.settings.train.steps, "stages": stages,
             "checkpoints": {"last": last, "best": best}, "export": str(project.gguf_path()),
             "ggk_command": ggk_command(project) if project.gguf_path().is_file() else None,
+            "ggk_edit_args": project.pack.ggk_edit_args,
             "snapshots": read_manifest(project), "snapshot_job": job_status(project),
             "outputs": output_files(project), "kept_steps": kept_steps(project),
             "eval": read_json(project.eval_json, None), "metric_names": list(project.pack.metric_names),

@@ -92,6 +92,8 @@ class _ShardRows:
         self._t = _mmap_tensor(path, "t_pack")
         self.token_aligned = "v_pack" in self.shard.keys
         if self.token_aligned:      # image blocks: sample, first slot, length; offsets into v_pack
+            self.sparse = int(self.shard["t_sparse"][0]) == 1          # no teacher rows under the slots
+            self.consumed_only = self.shard.meta.get("supervise") == "consumed_text"
             self._v = _mmap_tensor(path, "v_pack")
             self.sup_start = self.shard["sup_start"].long()
             vis_sample, vis_len = self.shard["vis_sample"].long(), self.shard["vis_len"].long()
@@ -160,7 +162,14 @@ def collate(src: _ShardRows, rows: list[int], keep_dtype: bool = False, pin: boo
         for start, n, off in src.blocks[row]:
             vis[b, start:start + n].copy_(src._v[off:off + n])
             vision[b, start:start + n] = True
-    return Batch(h, mask, target, tmask, seed_ids, seed_len, vis, vision, src.sup_start[idx])
+    sup_start = src.sup_start[idx]
+    if src.sparse:            # the stored rows are those off the slots, in order: scatter them back
+        full = torch.zeros(len(rows), L, target.shape[2], dtype=target.dtype, pin_memory=pin)
+        full[mask & ~vision] = target[tmask]
+        target = full
+    if src.consumed_only:     # the rows the DiT reads: from sup_start on, not under a slot
+        tmask = mask & ~vision & (torch.arange(L)[None, :] >= sup_start[:, None])
+    return Batch(h, mask, target, tmask, seed_ids, seed_len, vis, vision, sup_start)
 
 
 @dataclass

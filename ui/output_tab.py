@@ -75,7 +75,8 @@ def output_tick(ctx: Ctx, project_path: str | None) -> tuple:
                  for k in kept]
     choices = [(f"step {k['step']}", f"step{k['step']}") for k in kept]
     return (files, out_note, eval_md, snaps, quality_frame(report), kept_rows, gr.update(choices=choices),
-            report.get("ggk_command") or "")
+            (report.get("ggk_command") or "") + (f"\n# to edit images, add: {report['ggk_edit_args']}"
+                                                 if report.get("ggk_command") and report.get("ggk_edit_args") else ""))
 
 
 def export_again(ctx: Ctx, project_path: str | None) -> str:

@@ -201,9 +201,9 @@ def test_precompute_reuses_vision_proj_and_refuses_a_mismatched_teacher_tokenize
     student = load_student(materials / "pig_clip-demo-f16.gguf", materials / "pig-clip-tokenizer")
     report = ListReport()
     teacher = MockVisionTeacher(64, 64)
-    weight = project.pack.prepare(project, student, teacher, report)
+    session = project.pack.prepare(project, student, teacher, report)
     assert any("vision_proj reused" in e["message"] for e in report.of_type("log"))
-    assert torch.equal(weight, torch.load(root / "vision_proj.pt", weights_only=True)["weight"])
+    assert torch.equal(session.weight, torch.load(root / "vision_proj.pt", weights_only=True)["weight"])
     data = json.loads(student.tokenizer.to_str())
     data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] != "<|image_pad|>"]
     teacher.tokenizer = Tokenizer.from_str(json.dumps(data))

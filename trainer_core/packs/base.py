@@ -107,6 +107,7 @@ class TrainerPack:
     materials: tuple[Material, ...] = STUDENT_MATERIALS
     metric_names: tuple[str, ...] = ()     # eval.json keys, in the order the GUI shows them
     ggk_args: str = ""            # the engine flags that use the adapter ({gguf}, {sigvq} are replaced)
+    ggk_edit_args: str = ""       # what editing adds to that command line (Qwen-Image 2.1: the mmproj)
     teacher_control: str = "teacher_mode"   # the precompute setting that places the teacher ("placement")
     reference_dims: Mapping[str, int] = field(default_factory=dict)  # the real teacher's shapes, for estimates
 

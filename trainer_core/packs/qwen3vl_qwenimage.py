@@ -1,19 +1,27 @@
-"""Qwen-Image 2.1: the full Qwen3-VL-8B-Instruct → pig_clip + a token-aligned vision adapter."""
+"""Qwen-Image 2.1: the full Qwen3-VL-8B-Instruct → pig_clip + a token-aligned vision adapter.
+
+The teacher is Hugging Face's own forward (deepstack, real M-RoPE image positions) tapped before
+the final norm; only the text rows the DiT consumes (from position 14 on, not under an image slot)
+are stored, supervised and measured; references are rendered at an area drawn per sample
+(qwenimage_data). The machinery is vision_pack.VisionPack.
+"""
 from __future__ import annotations
 
-from .base import STUDENT_MATERIALS, Material, TrainerPack
+from ..qwenimage_data import SYSTEM, USER
+from ..vision_data import SUFFIX
+from .base import STUDENT_MATERIALS, Material
+from .vision_pack import TEACHER_PATTERNS, VisionPack
+
+__all__ = ["PACK", "TEACHER", "SYSTEM", "USER", "SUFFIX", "OUT_DIM", "VIS_DIM"]
+
+# the reference shapes (Qwen3-VL-8B): text hidden and the vision merger's output
+OUT_DIM, VIS_DIM = 4096, 4096
 
 TEACHER = Material("teacher", "Qwen3-VL-8B-Instruct (teacher)", "hf_snapshot", repo="Qwen/Qwen3-VL-8B-Instruct",
-                   patterns=("config.json", "generation_config.json", "model.safetensors.index.json", "model-*.safetensors",
-              "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
-              "chat_template.json"),
-                   subdir="Qwen3-VL-8B-Instruct", size_hint="~17.5 GB")
+                   patterns=TEACHER_PATTERNS, subdir="Qwen3-VL-8B-Instruct", size_hint="~17.5 GB",
+                   hint="resident needs a card of about 24 GB; smaller cards stream the text stack from RAM")
 
-SYSTEM = "<|im_start|>system\nComprehend and analyze the provided prompt.<|im_end|>\n"  # 14 tokens, dropped
-USER = "<|im_start|>user\n"
-SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"
-
-PACK = TrainerPack(
+PACK = VisionPack(
     id="qwen3vl_qwenimage",
     title="Qwen-Image 2.1 (Qwen3-VL-8B-Instruct → token-aligned + vision)",
     description=(
@@ -56,7 +64,15 @@ PACK = TrainerPack(
     t2i_empty=SYSTEM + USER + " " + SUFFIX,  # an empty prompt becomes a single space
     t2i_start=14,
     max_len_student=2304,
+    reference_dims={"out_dim": OUT_DIM, "vis_dim": VIS_DIM},
     materials=STUDENT_MATERIALS + (TEACHER,),
-    metric_names=("cos_slice", "cos_edit", "cos_t2i", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos", "trained_steps", "val_samples"),
-    ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf} --llm_vision mmproj-qwen3vl-8b-it-f16.gguf",
+    metric_names=("cos_slice", "cos_edit", "cos_t2i", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos",
+                  "trained_steps", "val_samples"),
+    ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf}",
+    ggk_edit_args="--llm_vision mmproj-qwen3vl-8b-it-f16.gguf",
+    contract="qwen_image_2_1",
+    tap="pre_norm_last_layer",
+    supervise="consumed_text",
+    budget_scale=0.5,
+    probe_counts=(144, 256),
 )

@@ -33,7 +33,7 @@ from ..vision_data import FACTOR, MERGE, PATCH, TEMPORAL, patchify
 from .rope_guard import RopeError, table_problem
 
 __all__ = ["VISION_BUDGETS", "auto_budgets", "text_weights_gib", "resolve_mode", "Qwen3VLTeacher",
-           "MockVisionTeacher", "image_batches", "PAD_ID"]
+           "MockVisionTeacher", "image_batches", "PAD_ID", "VisionOut", "mrope_positions", "Qwen3VLFullTeacher"]
 
 PAD_ID = 151643                     # <|endoftext|>: right padding of the teacher's batches
 _RESIDENT_HEADROOM_GIB = 3.0
@@ -227,3 +227,99 @@ class MockVisionTeacher:
 
     def embed_table(self) -> None:
         return None
+
+
+# ---------------------------------------------------------------- Qwen-Image 2.1: the unreduced model
+
+class VisionOut:
+    """One image through the tower: the merger's main rows, the deepstack rows per level (on the CPU in the
+    teacher's dtype; the shard stores the main rows as bf16), the merged grid."""
+
+    __slots__ = ("rows", "deepstack", "grid")
+
+    def __init__(self, rows: torch.Tensor, deepstack: list[torch.Tensor], grid: tuple[int, int]):
+        self.rows, self.deepstack, self.grid = rows, deepstack, grid
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.rows.shape
+
+
+def mrope_positions(length: int, tokens: int, blocks: Sequence[tuple[int, tuple[int, int]]]) -> torch.Tensor:
+    """[3, length] M-RoPE positions of one sample (Qwen3-VL's get_rope_index for images): text advances
+    t, h and w together; an image block of (gh, gw) merged tokens starting at p gets t = p, h = p + row,
+    w = p + col, and the text after it resumes at p + max(gh, gw); positions past `tokens` (pads) are 1."""
+    pos = torch.ones(3, length, dtype=torch.long)
+    starts = dict(blocks)
+    i, p = 0, 0
+    while i < tokens:
+        if i in starts:
+            gh, gw = starts[i]
+            k = torch.arange(gh * gw)
+            pos[0, i:i + gh * gw] = p
+            pos[1, i:i + gh * gw] = p + k // gw
+            pos[2, i:i + gh * gw] = p + k % gw
+            i += gh * gw
+            p += max(gh, gw)
+        else:
+            pos[:, i] = p
+            i += 1
+            p += 1
+    return pos
+
+
+class Qwen3VLFullTeacher(Qwen3VLTeacher):
+    """Qwen-Image 2.1's teacher: Hugging Face's own forward of Qwen3-VL-8B — deepstack features added
+    into the first decoder layers at the image positions, real M-RoPE positions, and the tap before the
+    final RMSNorm (the input of `language_model.norm`: transformers 5's hidden_states[-1] is normed)."""
+
+    def encode_images(self, images: Sequence[np.ndarray], budget: int) -> list[VisionOut]:  # type: ignore[override]
+        tokens = [(im.shape[0] // FACTOR) * (im.shape[1] // FACTOR) for im in images]
+        out: list[VisionOut] = []
+        for batch in image_batches(tokens, budget):
+            rows, grids = zip(*(patchify(images[i]) for i in batch))
+            pixels = torch.from_numpy(np.concatenate(rows)).to(self.exec_device, self.dtype)
+            with torch.inference_mode():
+                res = self.model.visual(hidden_states=pixels, grid_thw=torch.tensor(grids, device=self.exec_device))
+            sizes = [tokens[i] for i in batch]
+            mains = res.pooler_output.split(sizes)
+            levels = [d.split(sizes) for d in res.deepstack_features]
+            for j, i in enumerate(batch):      # kept in the compute dtype: the text stack gets what HF's forward gets
+                gh, gw = grids[j][1] // MERGE, grids[j][2] // MERGE
+                out.append(VisionOut(mains[j].to("cpu"), [lv[j].to("cpu") for lv in levels], (gh, gw)))
+        return out
+
+    def hidden(self, token_lists: Sequence[Sequence[int]], vision: Sequence[Spliced]) -> list[torch.Tensor]:
+        """Per sample, the pre-norm rows [len, out_dim] float32 on the CPU (every position, slots included)."""
+        length = max(len(t) for t in token_lists)
+        ids = torch.full((len(token_lists), length), PAD_ID, dtype=torch.long)
+        mask = torch.zeros(len(token_lists), length, dtype=torch.long)
+        positions = torch.empty(3, len(token_lists), length, dtype=torch.long)
+        for b, tokens in enumerate(token_lists):
+            ids[b, :len(tokens)] = torch.tensor(tokens)
+            mask[b, :len(tokens)] = 1
+            positions[:, b] = mrope_positions(length, len(tokens), [(s, v.grid) for s, v in vision[b]])
+        dev = self.exec_device
+        captured: list[torch.Tensor] = []
+        hook = self.model.language_model.norm.register_forward_hook(lambda mod, args, out: captured.append(args[0]))
+        try:
+            with torch.inference_mode():
+                x = self.embed.to(dev)[ids.to(dev)].to(self.dtype)                       # [B, L, H]
+                visual = torch.zeros(len(token_lists), length, dtype=torch.bool)
+                levels: list[list[torch.Tensor]] = []
+                for b, images in enumerate(vision):                                      # row-major: sample, position
+                    for start, v in sorted(images, key=lambda item: item[0]):
+                        n = v.rows.shape[0]
+                        x[b, start:start + n] = v.rows.to(dev, self.dtype)
+                        visual[b, start:start + n] = True
+                        levels = levels or [[] for _ in v.deepstack]
+                        for level, rows in zip(levels, v.deepstack):
+                            level.append(rows.to(dev, self.dtype))
+                deepstack = [torch.cat(level) for level in levels] if levels else None
+                self.model.language_model(inputs_embeds=x, attention_mask=mask.to(dev), position_ids=positions.to(dev),
+                                          visual_pos_masks=visual.to(dev) if deepstack else None,
+                                          deepstack_visual_embeds=deepstack)
+        finally:
+            hook.remove()
+        pre_norm = captured[-1]
+        return [pre_norm[b, :len(t)].to("cpu", torch.float32) for b, t in enumerate(token_lists)]

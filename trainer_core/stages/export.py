@@ -51,6 +51,8 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
             report("log", level="info", message="SigVQ not exported: the optional sigvq material is not on disk "
                                                 "(download it to get the editing encoder)")
     report("log", level="info", message=f"use it: {ggk_command(project)}")
+    if project.pack.ggk_edit_args:
+        report("log", level="info", message=f"to edit images, add: {project.pack.ggk_edit_args}")
     return "done"
 
 

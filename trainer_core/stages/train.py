@@ -205,7 +205,9 @@ class Trainer:
         """Means of per-batch val_cos and val_rel_mse over every val shard (one batch in memory)."""
         self.model.eval()
         cos, rel, n = 0.0, 0.0, 0
-        split = {"vis": [0.0, 0], "txt": [0.0, 0]}        # token-pooled over vision rows / the other rows
+        by_sample = getattr(self.pack, "supervise", "all") == "consumed_text"   # no supervised vision rows
+        split = ({"edit": [0.0, 0], "t2i": [0.0, 0]} if by_sample        # rows of image / text-only samples
+                 else {"vis": [0.0, 0], "txt": [0.0, 0]})                 # vision rows / the other rows
         for batch in val_batches(self.val_files, self.t.batch_size, **self.loading):
             batch = batch.to(self.device)
             pred = self.forward(batch).float()
@@ -218,7 +220,10 @@ class Trainer:
                 cos += float(rows[batch.tmask].mean())
                 rel += float(rel_mse(pred, batch.target, batch.tmask))
                 if batch.vision is not None:
-                    for name, where in (("vis", batch.tmask & batch.vision), ("txt", batch.tmask & ~batch.vision)):
+                    edit = batch.vision.any(-1, keepdim=True)
+                    parts = ((("edit", batch.tmask & edit), ("t2i", batch.tmask & ~edit)) if by_sample else
+                             (("vis", batch.tmask & batch.vision), ("txt", batch.tmask & ~batch.vision)))
+                    for name, where in parts:
                         split[name][0] += float(rows[where].sum())
                         split[name][1] += int(where.sum())
             n += 1
