@@ -132,3 +132,21 @@ def test_val_batches_read_ahead_match_and_stop_early_cleanly(tmp_path):
     gen = val_batches(files, 2, prefetch=1)
     next(gen)
     gen.close()          # the thread is told to stop and joined: no hang
+
+
+def test_validation_reads_one_shard_at_a_time_never_the_whole_set(tmp_path, monkeypatch):
+    """The val set stays on disk: a shard is opened only when its batches are reached (the published
+    package holds every val row in RAM, ~4 GB for Qwen-Image 2.1)."""
+    files = [_shard(tmp_path / f"v{i}.safetensors", [3, 1, 4], [2, 1, 3], seed=i) for i in range(4)]
+    opened = []
+    real_init = stream_module._ShardRows.__init__
+
+    def counting_init(self, path):
+        opened.append(path)
+        real_init(self, path)
+    monkeypatch.setattr(stream_module._ShardRows, "__init__", counting_init)
+    batches = val_batches(files, 3)
+    next(batches)
+    assert opened == files[:1]
+    next(batches)
+    assert opened == files[:2]

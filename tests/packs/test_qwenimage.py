@@ -195,6 +195,9 @@ def test_supervision_and_statistics_cover_exactly_the_consumed_rows(demo):
     assert int(batch.tmask.sum()) == consumed
     assert not (batch.tmask & batch.vision).any() and not batch.tmask[:, :14].any()
     assert (batch.target[batch.vision] == 0).all()              # no teacher rows under the slots
+    for b, (a, t) in enumerate(zip(starts, shard["t_len"].tolist())):   # the stored rows, scattered back in order
+        off_slot = batch.mask[b] & ~batch.vision[b]
+        torch.testing.assert_close(batch.target[b][off_slot], stored[int(a):int(a) + t].float())
 
 
 def test_the_demo_exports_an_engine_valid_gguf_with_the_packs_kvs_and_eval(demo):
