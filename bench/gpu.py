@@ -12,7 +12,9 @@ rows are 40–200 tokens. `--size small` (the default on CPU) is width 128, dept
 Train, on shards written at those shapes under a `llada_image` project (synthetic targets):
 
   stage          `Trainer.train` itself: the shard stream, metrics every 10 steps, no validation
-                 or saves until the end (those are left out of the timing);
+                 or saves until the end (those are left out of the timing), eager
+                 (`train_eager_steps_per_s`) and with train.compile on (`train_compile_steps_per_s`);
+                 `train_steps_per_s` is the default's (compile on CUDA, eager on the CPU);
   step           `Trainer.train_step` on batches already on the device (no stream);
   step_fused     the same with `AdamW(fused=True)` (CUDA only);
   step_compile   the same with the adapter under `torch.compile` and the fused optimizer.
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -185,12 +188,29 @@ def peak_tflops(device: torch.device) -> float:
 
 def bench_train(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     project = build_train_project(root / "train", args)
-    stage_rate, trainer = time_stage(project, args)
-    log(f"  stage          {stage_rate:8.2f} steps/s")
+    out: dict[str, Any] = {}
+    for mode in ("off", "on"):            # the stage eager and compiled (train.compile; auto = on CUDA)
+        if mode == "on" and args.no_compile:
+            continue
+        project.update_settings([f"train.compile={mode}"])
+        shutil.rmtree(project.checkpoints_dir, ignore_errors=True)
+        rate, trainer = time_stage(Project.open(project.root), args)
+        out[f"train_{'compile' if mode == 'on' else 'eager'}_steps_per_s"] = round(rate, 3)
+        if mode == "on":
+            out["train_compile_active"] = trainer.compiled         # False: it fell back to eager
+        log(f"  stage compile {mode:<3} {rate:8.2f} steps/s")
+    project.update_settings(["train.compile=auto"])
+    project = Project.open(project.root)
+    auto = "on" if torch.device(args.device).type == "cuda" and not args.no_compile else "off"
+    stage_rate = out["train_compile_steps_per_s" if auto == "on" else "train_eager_steps_per_s"]
+    out["train_steps_per_s"] = stage_rate
+    out["train_compile_default"] = auto
+    project.update_settings(["train.compile=off"])       # the step variants below compile themselves
+    project = Project.open(project.root)
+    trainer = Trainer(project, ListReport())
     t = project.settings.train
     stream = ShardStream(sorted(project.shards_dir("train").glob("train-*.safetensors")), t.batch_size, t.seed)
     batches = [stream.next().to(trainer.device) for _ in range(4)]
-    out: dict[str, Any] = {"train_steps_per_s": round(stage_rate, 3)}
     variants: list[tuple[str, Callable[[Trainer], None]]] = [("step", lambda tr: None)]
     if trainer.device.type == "cuda":
         variants.append(("step_fused", _fused))
@@ -228,7 +248,7 @@ def _fused(trainer: Trainer) -> None:
 
 
 def _compile(trainer: Trainer) -> None:
-    trainer.model = torch.compile(trainer.model, dynamic=True)
+    trainer.net = torch.compile(trainer.net, dynamic=True)
 
 
 # ------------------------------------------------------------ precompute

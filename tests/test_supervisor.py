@@ -65,3 +65,18 @@ def test_process_cpu_is_measured_on_one_handle():
         busy.kill()
         busy.wait()
     assert watch.read(busy.pid) is None
+
+
+def test_a_stage_over_several_ranks_shows_each_ranks_progress():
+    from trainer_core.supervisor import merge_progress
+    from ui.common import stage_strip_html
+    progress: dict = {}
+    merge_progress(progress, "precompute_train", {"count": 1, "total": 3, "unit": "shards", "rank": 0, "world": 2}, 1.0)
+    merge_progress(progress, "precompute_train", {"count": 0, "total": 3, "unit": "shards", "rank": 1, "world": 2}, 2.0)
+    merge_progress(progress, "precompute_train", {"count": 2, "total": 3, "unit": "shards", "rank": 0, "world": 2}, 3.0)
+    assert {r: p["count"] for r, p in progress["precompute_train"]["ranks"].items()} == {0: 2, 1: 0}
+    report = {"status": "running", "stages": [{"name": "precompute_train", "title": "Precompute (train)",
+                                              "status": "running"}]}
+    assert "rank 0 2/3 · rank 1 0/3" in stage_strip_html(report, progress)
+    merge_progress(progress, "train", {"count": 5, "total": 10, "unit": "steps"}, 4.0)
+    assert "ranks" not in progress["train"]

@@ -1,8 +1,8 @@
 """`gguf-trainer`: the command line.
 
     gguf-trainer new    --project DIR --pack ID [--name NAME]
-    gguf-trainer run    --project DIR [--only STAGE ...] [--force] [--steps N]   # foreground
-    gguf-trainer start  --project DIR [--only STAGE ...] [--force] [--steps N]   # detached
+    gguf-trainer run    --project DIR [--only STAGE ...] [--force] [--steps N] [--gpus N]   # foreground
+    gguf-trainer start  --project DIR [--only STAGE ...] [--force] [--steps N] [--gpus N]   # detached
     gguf-trainer stop   --project DIR [--timeout S]
     gguf-trainer kill   --project DIR
     gguf-trainer status --project DIR [--json]
@@ -29,7 +29,7 @@ from typing import Any
 
 from . import __version__
 from .atomic import read_json
-from .errors import TrainerError
+from .errors import TrainerError, UsageError
 from .packs import PACKS
 from .pipeline import check_only, run_pipeline
 from .project import Project, last_project
@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--only", nargs="+", metavar="STAGE", help="run only these stages")
         p.add_argument("--force", action="store_true", help="re-run export and eval even when current")
         p.add_argument("--steps", help="set train.steps first (12000, 12k, 1.5k, ...)")
+        p.add_argument("--gpus", type=int, metavar="N",
+                       help="set precompute.gpus first: precompute over N processes, one per GPU")
 
     stop = sub.add_parser("stop", help="ask the run to save and exit")
     stop.add_argument("--project", required=True, metavar="DIR")
@@ -202,10 +204,20 @@ def _set_steps(project: Project, steps: str | None) -> None:
         print(f"train.steps: {before.train.steps} -> {after.train.steps}")
 
 
+def _set_gpus(project: Project, gpus: int | None) -> None:
+    if gpus is None:
+        return
+    if gpus < 1:
+        raise UsageError(f"--gpus {gpus}: give the number of processes, 1 or more.")
+    project.update_settings([f"precompute.gpus={gpus}"])
+    print(f"precompute.gpus: {gpus}")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     project = Project.open(args.project)
     only = check_only(args.only)
     _set_steps(project, args.steps)
+    _set_gpus(project, args.gpus)
     return run_pipeline(project, only, args.force, echo=True)
 
 
@@ -213,6 +225,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     project = Project.open(args.project)
     only = check_only(args.only)
     _set_steps(project, args.steps)
+    _set_gpus(project, args.gpus)
     pid = start_pipeline(project, only, args.force)
     print(f"pipeline launched (pid {pid}), logging to {project.pipeline_log}")
     return 0

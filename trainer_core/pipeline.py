@@ -27,6 +27,7 @@ from .locks import FileLock
 from .project import Project, remember_last_project
 from .runner import LOCK_FD_ENV, acquire_run_lock, child_env, read_pid_file, write_pid_file
 from .stages import STAGE_NAMES, STAGES, StageSpec, stage_done
+from .dist import launcher_argv
 from .stages.base import EXIT_DONE, EXIT_STOPPED, PARENT_PID_ENV, RUN_ID_ENV
 
 __all__ = ["Driver", "run_pipeline", "main", "check_only"]
@@ -173,6 +174,11 @@ class Driver:
         self.emit("status", stage=spec.name, status="done", skipped=True)
         return True
 
+    def _processes(self, stage: str) -> int:
+        """Processes for a stage: precompute.gpus for the precompute splits, train.gpus for training."""
+        s = Project.open(self.project.root).settings      # as saved now, not when the run started
+        return s.precompute.gpus if stage.startswith("precompute") else s.train.gpus if stage == "train" else 1
+
     def _run_stage(self, spec: StageSpec, forced: bool) -> tuple[str, str | None]:
         self.state["stage"] = spec.name
         self.state["stages"][spec.name] = {"started": time.time()}
@@ -183,6 +189,9 @@ class Driver:
             self.emit("status", stage=spec.name, status="failed", finished=time.time())
             return "failed", message
         argv = [sys.executable, "-m", spec.module, "--project", str(self.project.root), *spec.args]
+        processes = self._processes(spec.name)
+        if processes > 1:             # torchrun starts the ranks (see trainer_core.dist)
+            argv = launcher_argv(spec.module, processes, argv[3:])
         env = child_env({RUN_ID_ENV: self.run_id, PARENT_PID_ENV: str(os.getpid()),
                          LOCK_FD_ENV: str(self.lock.fd)})
         env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
@@ -209,8 +218,8 @@ class Driver:
         self.child = None
         if code == EXIT_DONE:
             outcome, error = "done", None
-        elif code == EXIT_STOPPED:
-            outcome, error = "stopped", None
+        elif code == EXIT_STOPPED or (processes > 1 and self.stop_reason and last_error is None):
+            outcome, error = "stopped", None     # torchrun turns its ranks' "stopped" into a failure code
         else:
             outcome = "failed"
             error = last_error or (f"the {spec.name} stage process was killed by signal {-code}"

@@ -114,8 +114,10 @@ def archive_checkpoints(project: Project) -> Path | None:
     return target
 
 
-def prepare_split(project: Project, split: str, log: Callable[[str], None]) -> None:
-    """Discard the split's shards if they were written under another contract, then mark it."""
+def prepare_split(project: Project, split: str, log: Callable[[str], None], clean_temps: bool = True) -> None:
+    """Discard the split's shards if they were written under another contract, then mark it.
+    `clean_temps` removes every leftover temp file (with several ranks, each removes its own:
+    `remove_temps`)."""
     want = contract_for(project)
     have = read_contract(project, split)
     folder = project.shards_dir(split)
@@ -128,10 +130,20 @@ def prepare_split(project: Project, split: str, log: Callable[[str], None]) -> N
         archived = archive_checkpoints(project)
         if archived is not None:
             log(f"the checkpoints trained on them moved to {archived.name}/; training starts over")
-    for tmp in folder.glob(".*.tmp") if folder.is_dir() else []:
-        tmp.unlink()  # the shard in flight when the last run died
+    if clean_temps:
+        remove_temps(project, split)
     if have != want:
         atomic_write_text(folder / "CONTRACT", want + "\n")
+
+
+def remove_temps(project: Project, split: str, indices: "set[int] | None" = None) -> None:
+    """Delete the temp files of shards that were in flight when a run died (of `indices` only, when
+    given: another rank may be writing the others right now)."""
+    folder = project.shards_dir(split)
+    for tmp in folder.glob(".*.tmp") if folder.is_dir() else []:
+        match = re.match(rf"^\.{split}-(\d+)\.safetensors\.", tmp.name)
+        if indices is None or (match and int(match.group(1)) in indices):
+            tmp.unlink(missing_ok=True)
 
 
 def write_shard(path: Path, tensors: dict[str, "torch.Tensor"], meta: dict[str, Any], prompts: list[str]) -> None:

@@ -23,7 +23,7 @@ from .project import Project
 from .runner import kill_pipeline, request_stop, runtime_status, start_pipeline
 from .status import status_report
 
-__all__ = ["Supervisor", "LiveView", "downsample", "LOG_FIRST_READ", "LOG_KEEP"]
+__all__ = ["Supervisor", "LiveView", "downsample", "merge_progress", "LOG_FIRST_READ", "LOG_KEEP"]
 
 LOG_FIRST_READ = 256 << 10      # the first read of a log shows its last 256 KB
 LOG_KEEP = 300_000              # characters of log kept for the Logs tab
@@ -41,6 +41,17 @@ def downsample(points: list[dict[str, Any]], limit: int = CHART_POINTS) -> list[
         picked.append(points[-1])
     return picked
 
+
+
+def merge_progress(progress: dict[str, dict[str, Any]], stage: str, payload: dict[str, Any], at: Any) -> None:
+    """The stage's latest progress; a stage run over several ranks also keeps each rank's latest
+    under "ranks" (rank → progress), so the strip can show them side by side."""
+    entry = {**payload, "time": at}
+    if "rank" in payload:
+        ranks = dict(progress.get(stage, {}).get("ranks", {}))
+        ranks[int(payload["rank"])] = entry
+        entry["ranks"] = ranks
+    progress[stage] = entry
 
 class _Lines:
     """New whole JSON lines of a file that is appended to, and sometimes rewritten shorter
@@ -133,7 +144,7 @@ class LiveView:
             for e in events:
                 stage, payload = e.get("stage"), e.get("payload", {})
                 if e.get("type") == "progress" and stage:
-                    self.progress[stage] = {**payload, "time": e.get("time")}
+                    merge_progress(self.progress, stage, payload, e.get("time"))
                 elif e.get("type") == "status" and stage and payload.get("status") == "running":
                     self.progress.pop(stage, None)
         return bool(events)

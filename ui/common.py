@@ -52,6 +52,9 @@ def fmt_num(value: Any, digits: int = 4) -> str:
 def _stage_progress(stage: dict[str, Any], live: dict[str, Any] | None) -> str:
     if stage["status"] == "done":
         return "done"
+    if live and live.get("ranks"):          # a stage run over several processes: each rank's count
+        return " · ".join(f"rank {r} {p.get('count', 0)}/{p.get('total', '?')}"
+                          for r, p in sorted(live["ranks"].items()))
     p = live or stage
     if p.get("total"):
         text = f"{p.get('count', 0)}/{p['total']} {p.get('unit', '')}".strip()

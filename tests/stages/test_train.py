@@ -235,3 +235,24 @@ def test_token_budget_micro_batches_give_the_same_step(demo):
     assert float(a["loss"]) == pytest.approx(float(b["loss"]), rel=1e-5)
     for (name, p), q in zip(whole.model.named_parameters(), chunked.model.parameters()):
         torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5, msg=name)
+
+
+
+def test_a_compiled_step_that_fails_falls_back_to_eager_with_a_warning(demo, reference, monkeypatch):
+    """train.compile on, where torch.compile cannot run: the first step says so and training goes on
+    eagerly, to the weights of the eager reference run."""
+    from trainer_core.stages import train
+
+    def broken_compile(model, **kwargs):
+        def fails(*args, **kw):
+            raise RuntimeError("no C++ compiler found\nmore details")
+        return fails
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    demo.update_settings(["train.compile=on"])
+    report = ListReport()
+    assert train.run(Project.open(demo.root), report) == "done"
+    warnings = [e["message"] for e in report.of_type("log") if e.get("level") == "warning"]
+    assert warnings == ["torch.compile failed (RuntimeError: no C++ compiler found); training continues without it "
+                        "(train.compile off)"]
+    assert "torch.compile" in report.of_type("log")[0]["message"]             # the first line says it was on
+    assert_same_checkpoint(demo, reference)

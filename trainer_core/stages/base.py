@@ -21,6 +21,7 @@ import threading
 import traceback
 from typing import Callable
 
+from ..dist import current as current_rank
 from ..errors import TrainerError
 from ..events import Report, Reporter
 from ..locks import FileLock
@@ -72,17 +73,32 @@ class StopRequest:
                 ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
             except (OSError, AttributeError):
                 pass
-        if os.getppid() != parent:  # died before the line above took effect
+        if not _has_ancestor(parent):  # died before the line above took effect
             self.set("the pipeline driver is gone")
             return
         event = threading.Event()
 
         def watch() -> None:
             while not event.wait(1.0):
-                if os.getppid() != parent:
+                if not _has_ancestor(parent):
                     self.set("the pipeline driver is gone")
                     return
         threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _has_ancestor(pid: int) -> bool:
+    """Whether `pid` is our parent, or — for the ranks of a launcher the driver started (torchrun's
+    agent is their parent) — our grandparent."""
+    parent = os.getppid()
+    if parent == pid:
+        return True
+    if "LOCAL_RANK" not in os.environ:
+        return False
+    try:
+        import psutil
+        return psutil.Process(parent).ppid() == pid
+    except Exception:  # noqa: BLE001 — psutil.NoSuchProcess etc.: the launcher is gone
+        return False
 
 
 def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
@@ -103,7 +119,13 @@ def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
         lock.adopt(int(fd))  # held by us too until we exit: a crashed driver's orphan keeps the project
     stop = StopRequest(project, report)
     stop.install()
-    write_pid_file(project.stage_pid, os.getpid())
+    try:
+        main = current_rank().main    # under a launcher, rank 0 stands for the stage
+    except TrainerError as e:
+        report("error", message=str(e))
+        return e.exit_code
+    if main:
+        write_pid_file(project.stage_pid, os.getpid())
     try:
         outcome = run(project, report, stop, **({"split": args.split} if args.split else {}))
         return EXIT_STOPPED if outcome == "stopped" else EXIT_DONE
@@ -116,4 +138,5 @@ def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
                traceback=traceback.format_exc())
         return EXIT_FAILED
     finally:
-        project.stage_pid.unlink(missing_ok=True)
+        if main:
+            project.stage_pid.unlink(missing_ok=True)

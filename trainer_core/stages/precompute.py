@@ -3,7 +3,10 @@
     python -m trainer_core.stages.precompute --project DIR --split val|train
 
 Shard i holds corpus lines [i·size, (i+1)·size). The student and the teacher are loaded once
-per stage process, only when a shard is missing. A shard is written atomically, so a rerun
+per stage process, only when a shard is missing. Under a launcher (torchrun, accelerate launch,
+or RANK / WORLD_SIZE set by hand on several machines sharing the project) rank r computes the
+shards whose index ≡ r (mod world size) and rank 0 waits until every shard is on disk; no
+collective is used, so a failed rank only redoes its own shards. A shard is written atomically, so a rerun
 skips finished shards and a crash costs at most the shard in flight; a stop request is
 honoured after that shard. Shards written under another contract are discarded first (see
 shards.prepare_split).
@@ -15,10 +18,14 @@ import sys
 import time
 from typing import Any, Callable
 
+from ..atomic import atomic_write_text
+from ..dist import Rank, wait_for
+from ..dist import current as current_rank
 from ..errors import TrainerError
 from ..events import Report
 from ..project import Project
-from ..shards import contract_for, expected_shards, mock_enabled, prepare_split, shard_path, write_shard
+from ..shards import (contract_for, expected_shards, mock_enabled, prepare_split, read_contract, remove_temps,
+                      shard_files, shard_path, write_shard)
 from .base import never, stage_main
 
 __all__ = ["run", "load_models"]
@@ -28,9 +35,9 @@ def load_models(project: Project, report: Report) -> tuple[Any, Any, Any]:
     """(student, teacher, device), each loaded once for the stage."""
     pack, p = project.pack, project.settings.precompute
     gguf, snapshot = pack.require_material(project, "student"), pack.require_material(project, "student_tokenizer")
-    from ..devices import pick_device   # torch and transformers load only once the files are known
+    from ..dist import rank_device     # torch and transformers load only once the files are known
     from ..student import load_student
-    device = pick_device(p.device)
+    device = rank_device(p.device, current_rank())
     dtype = p.student_dtype if device.type == "cuda" or p.student_dtype != "f16" else "f32"
     student = load_student(gguf, snapshot, device=device, dtype=dtype)
     report("log", level="info", message=f"student: hidden {student.hidden_size}, {dtype} on {device}")
@@ -54,22 +61,73 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     p = project.settings.precompute
     size = p.val_shard_size if split == "val" else p.shard_size
     total = expected_shards(project, split, len(corpus))
-    prepare_split(project, split, lambda m: report("log", level="warning", message=m))
-    missing = [i for i in range(total) if not shard_path(project, split, i).exists()]
-    report("progress", count=total - len(missing), total=total, unit="shards",
-           detail=f"{split}: {len(corpus)} prompts in {total} shards, {len(missing)} to compute")
-    if not missing:
-        return "done"
-    if should_stop():
+    rank = current_rank()
+    if not _split_ready(project, split, rank, report, should_stop):
         return "stopped"
+    own = [i for i in range(total) if i % rank.world == rank.rank]
+    missing = [i for i in own if not shard_path(project, split, i).exists()]
+    if rank.distributed:
+        remove_temps(project, split, set(own))
+        report("log", level="info", message=f"{rank}: {split} shards {', '.join(map(str, own)) or 'none'} "
+                                            f"({len(missing)} of them to compute)")
+    report("progress", count=len(own) - len(missing), total=len(own), unit="shards", **_rank_fields(rank),
+           detail=f"{split}: {len(corpus)} prompts in {total} shards, {len(missing)} to compute")
+    if missing and not should_stop():
+        outcome = _compute(project, report, should_stop, split, corpus, missing, len(own), rank)
+        if outcome != "done":
+            return outcome
+    elif missing:
+        return "stopped"
+    if rank.main and rank.distributed:     # the split is done when every rank's shards are on disk
+        def done() -> bool:
+            return all(shard_path(project, split, i).exists() for i in range(total))
+
+        def waiting() -> None:
+            have = sum(shard_path(project, split, i).exists() for i in range(total))
+            report("progress", count=have, total=total, unit="shards", detail=f"{split}: waiting for the other "
+                                                                                f"ranks ({have} of {total} shards)")
+        if not wait_for(done, should_stop, on_wait=waiting):
+            return "stopped"
+    return "done"
+
+
+def _rank_fields(rank: Rank) -> dict[str, int]:
+    return {"rank": rank.rank, "world": rank.world} if rank.distributed else {}
+
+
+def _split_ready(project: Project, split: str, rank: Rank, report: Report, should_stop: Callable[[], bool]) -> bool:
+    """Rank 0 discards stale shards and marks the split; another rank starts once the split is
+    marked for this run, or marks a split that holds no shard yet itself (so a rank started
+    alone, or before rank 0, never waits for it)."""
+    warn = lambda m: report("log", level="warning", message=m)   # noqa: E731
+    if rank.main:
+        prepare_split(project, split, warn, clean_temps=not rank.distributed)
+        return True
+    want = contract_for(project)
+
+    def ready() -> bool:
+        if read_contract(project, split) == want:
+            return True
+        if not shard_files(project, split):
+            atomic_write_text(project.shards_dir(split) / "CONTRACT", want + "\n")
+            return True
+        return False
+    return wait_for(ready, should_stop)
+
+
+def _compute(project: Project, report: Report, should_stop: Callable[[], bool], split: str, corpus: list[Any],
+             missing: list[int], owned: int, rank: Rank) -> str:
+    pack, p = project.pack, project.settings.precompute
+    size = p.val_shard_size if split == "val" else p.shard_size
+    total = expected_shards(project, split, len(corpus))
     student, teacher, device = load_models(project, report)
     session = pack.prepare(project, student, teacher, report)
     budgets = pack.budgets(project, device)
     rates: collections.deque[float] = collections.deque(maxlen=5)   # samples/s of the last shards
-    done = total - len(missing)
+    done = owned - len(missing)
     for n, index in enumerate(missing):
         if should_stop():
-            report("log", level="info", message=f"stop requested: {done} of {total} {split} shards are on disk")
+            report("log", level="info", message=f"stop requested: {done} of {owned} {split} shards are on disk")
             return "stopped"
         prompts = corpus[index * size:(index + 1) * size]
         started = time.monotonic()
@@ -94,7 +152,7 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
         report("artifact", path=str(path), kind=f"shard_{split}", samples=len(prompts),
                truncated_student=extra.get("truncated_student", 0),
                **{k: extra[k] for k in ("truncated_teacher",) if k in extra})
-        report("progress", count=done, total=total, unit="shards", rate=round(rate, 2),
+        report("progress", count=done, total=owned, unit="shards", rate=round(rate, 2), **_rank_fields(rank),
                eta_s=round(left / rate, 1), detail=f"{split} shard {index + 1}/{total} ({rate:.1f} prompts/s)")
     return "done"
 

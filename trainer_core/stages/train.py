@@ -8,9 +8,16 @@ whenever validation improves. A checkpoint holds the model, the optimizer, the s
 planned steps in force, the stream position, every RNG state, the target statistics, the
 pack and the adapter config, so a resumed run takes exactly the steps an uninterrupted run
 would have taken. The planned step count is re-read from project.json at every log interval.
+
+Under a launcher (`gguf-trainer start` with train.gpus > 1 runs torchrun) the stage trains with
+DDP: every rank reads the same global batch, takes its contiguous share of the samples and
+weights its loss by its share of the batch's supervised rows, so the averaged gradient is the
+one-process gradient of the whole batch; rank 0 alone validates, saves and reports, and a stop is
+agreed by all ranks at the same step, so checkpoints and resumes are those of one process.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -21,6 +28,8 @@ import torch
 from ..adapter import AdapterConfig, build_adapter, count_parameters
 from ..atomic import atomic_path, atomic_write_json, atomic_write_text
 from ..config import settings_from_dict
+from ..dist import close_group, init_group, rank_device
+from ..dist import current as current_rank
 from ..errors import TrainerError
 from ..events import Report
 from ..losses import distill_loss, rel_mse, row_cos, standardize
@@ -37,11 +46,14 @@ CHECKPOINT_FORMAT = 1
 
 class Trainer:
     def __init__(self, project: Project, report: Report):
-        from ..devices import pick_device
-        self.project, self.report = project, report
+        self.rank = current_rank()
+        self.project = project
+        self.report = report if self.rank.main else _errors_only(report)   # rank 0 speaks for the stage
         self.pack = project.pack
         t = self.t = project.settings.train
-        self.device = pick_device(t.device)
+        self.device = rank_device(t.device, self.rank)
+        if self.rank.distributed:
+            init_group(self.device)
         self.ckpt = project.checkpoints_dir
         train_files, self.val_files = valid_shards(project, "train"), valid_shards(project, "val")
         if not train_files or not self.val_files:
@@ -61,6 +73,16 @@ class Trainer:
             with torch.no_grad():
                 model.vision_proj.weight.copy_(saved["weight"])      # frozen: the engine applies it, we never train it
         self.model = model.to(self.device)
+        self.net: torch.nn.Module = self.model          # what the training step runs: DDP under a launcher
+        if self.rank.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+            self.net = DistributedDataParallel(self.model, device_ids=[self.device.index]
+                                               if self.device.type == "cuda" else None)
+        self._eager_net = self.net
+        self.compiled = t.compile == "on" or (t.compile == "auto" and self.device.type == "cuda")
+        if self.compiled:      # dynamic: the student length varies from batch to batch
+            self.net = torch.compile(self.net, dynamic=True)
+        self._first_step = True
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=t.lr, betas=(0.9, 0.95), weight_decay=t.weight_decay)
         self.step, self.planned = 0, t.steps
@@ -71,11 +93,13 @@ class Trainer:
         self.loading = {"keep_dtype": True, "pin": True, "prefetch": 2} if self.amp else {}
         self.stream = ShardStream(train_files, t.batch_size, t.seed, **self.loading)
         self._settings_mtime = project.project_json.stat().st_mtime_ns
-        report("log", level="info", message=(
+        how = ", ".join(x for x in ("torch.compile" if self.compiled else "",
+                                    f"DDP over {self.rank.world} processes" if self.rank.distributed else "") if x)
+        self.report("log", level="info", message=(
             f"adapter {self.config.kind}: width {self.config.width}, depth {self.config.depth}, "
             f"{count_parameters(self.model) / 1e6:.1f}M parameters, in {in_dim} → out {self.config.out_dim}; "
-            f"{len(train_files)} train / {len(self.val_files)} val shards; device {self.device}; "
-            f"σ floored at {t.sigma_floor} on {floored} of {sigma.numel()} dims"))
+            f"{len(train_files)} train / {len(self.val_files)} val shards; device {self.device}"
+            f"{' (' + how + ')' if how else ''}; σ floored at {t.sigma_floor} on {floored} of {sigma.numel()} dims"))
 
     # ------------------------------------------------------------ checkpoints
     def resume(self) -> bool:
@@ -99,7 +123,8 @@ class Trainer:
             torch.cuda.set_rng_state_all(ck["rng"]["cuda"])
         if ck["train_config"]["steps"] != self.planned:
             self._log(f"planned steps changed since the checkpoint: {ck['train_config']['steps']} -> {self.planned}")
-        self._truncate_metrics(self.step)
+        if self.rank.main:
+            self._truncate_metrics(self.step)
         self._log(f"resumed from last.pt at step {self.step} (best val cos {self.best_val_cos:.4f})")
         return True
 
@@ -148,14 +173,14 @@ class Trainer:
         self._log(f"kept step {n} -> history/step{n}.pt")
 
     # ------------------------------------------------------------ math
-    def forward(self, batch: Batch) -> torch.Tensor:
+    def forward(self, batch: Batch, net: torch.nn.Module | None = None) -> torch.Tensor:
         extra = ({"seed_ids": batch.seed_ids} if batch.seed_ids is not None else
                  {"vis": batch.vis} if batch.vis is not None else {})
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
-            return self.model(batch.h, batch.mask, **extra)
+            return (self.model if net is None else net)(batch.h, batch.mask, **extra)
 
-    def losses(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        pred = self.forward(batch).float()
+    def losses(self, batch: Batch, net: torch.nn.Module | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        pred = self.forward(batch, net).float()
         if self.config.standardized:   # the resampler learns (t − μ)/σ_f over all rows
             target = standardize(batch.target, self.mu, self.sigma)
             loss, parts = distill_loss(pred, target, torch.ones_like(self.sigma), None, self.t.cos_weight)
@@ -167,28 +192,64 @@ class Trainer:
         return loss, parts
 
     def train_step(self, batch: Batch) -> dict[str, Any]:
+        """One optimizer step on a (global) batch; the statistics stay device tensors. A compiled step
+        that fails the first time (no compiler, an unsupported op) falls back to eager, with a warning."""
+        if not (self.compiled and self._first_step):
+            return self._train_step(batch)
+        self._first_step = False
+        try:
+            return self._train_step(batch)
+        except Exception as e:  # noqa: BLE001 — torch.compile raises many kinds; eager is always available
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            self.report("log", level="warning", message=f"torch.compile failed ({type(e).__name__}: {first}); "
+                                                        "training continues without it (train.compile off)")
+            self.net, self.compiled = self._eager_net, False
+            return self._train_step(batch)
+
+    def _train_step(self, batch: Batch) -> dict[str, Any]:
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(self.step, self.t.lr, self.t.warmup, self.planned)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        chunks = self._chunks(batch)
-        total_rows = int(batch.tmask.sum()) if len(chunks) > 1 else 1
+        world = self.rank.world
+        mine = self._share(batch) if self.rank.distributed else batch
+        chunks = self._chunks(mine) if mine.size else []
+        weighted = len(chunks) > 1 or self.rank.distributed
+        total_rows = int(batch.tmask.sum()) if weighted else 1
         # the step's statistics stay on the device: reading them (float()) would wait for the
         # GPU every step; train() reads them once per log interval
         stats: dict[str, Any] = {}
-        for chunk in chunks:
-            share = int(chunk.tmask.sum()) / max(total_rows, 1) if len(chunks) > 1 else 1.0
-            loss, parts = self.losses(chunk)
-            (loss * share).backward()
+        for j, chunk in enumerate(chunks):
+            share = int(chunk.tmask.sum()) / max(total_rows, 1) if weighted else 1.0
+            # DDP averages the ranks' gradients (÷ world) once per step, at the last micro-batch
+            sync = contextlib.nullcontext() if j == len(chunks) - 1 or self.net is self.model else self.net.no_sync()
+            with sync:
+                loss, parts = self.losses(chunk, self.net)
+                (loss * share * world).backward()
             for k, v in (("loss", loss), ("cos", parts["cos"]), ("rel_mse", parts["rel_mse"])):
                 v = v.detach().float() * share
                 stats[k] = v if k not in stats else stats[k] + v
+        if self.rank.distributed:
+            if not chunks:        # no sample for this rank in a short batch: still take part in the all-reduce
+                sum(p.sum() * 0.0 for p in self.net.parameters() if p.requires_grad).backward()
+            import torch.distributed as td
+            names = ("loss", "cos", "rel_mse")
+            together = torch.stack([stats[k] if k in stats else torch.zeros((), device=self.device)
+                                    for k in names])
+            td.all_reduce(together)
+            stats = dict(zip(names, together))
         if self.t.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.t.grad_clip)
         self.optimizer.step()
         self.step += 1
         stats["lr"] = self.optimizer.param_groups[0]["lr"]
         return stats
+
+    def _share(self, batch: Batch) -> Batch:
+        """This rank's contiguous share of the samples of a global batch."""
+        rows = torch.tensor_split(torch.arange(batch.size), self.rank.world)[self.rank.rank]
+        a, b = (int(rows[0]), int(rows[-1]) + 1) if len(rows) else (0, 0)
+        return Batch(*(None if x is None else x[a:b] for x in batch.parts()))
 
     def _chunks(self, batch: Batch) -> list[Batch]:
         """Micro-batches of rows × tokens ≤ train.batch_tokens (0 = the whole batch)."""
@@ -248,13 +309,27 @@ class Trainer:
     # ------------------------------------------------------------ the loop
     def train(self, should_stop: Callable[[], bool]) -> str:
         try:
-            return self._train(should_stop)
+            return self._train(self._agreed(should_stop) if self.rank.distributed else should_stop)
         finally:
             self.stream.close()          # the read-ahead thread, if any
+            if self.rank.distributed:
+                close_group()
+
+    def _agreed(self, should_stop: Callable[[], bool]) -> Callable[[], bool]:
+        """A stop every rank sees at the same step (any rank's request stops them all)."""
+        import torch.distributed as td
+
+        def agreed() -> bool:
+            flag = torch.tensor([1.0 if should_stop() else 0.0], device=self.device)
+            td.all_reduce(flag, op=td.ReduceOp.MAX)
+            return bool(flag.item())
+        return agreed
 
     def _train(self, should_stop: Callable[[], bool]) -> str:
+        main = self.rank.main
         self.ckpt.mkdir(parents=True, exist_ok=True)
-        self.project.snapshot_file.unlink(missing_ok=True)
+        if main:
+            self.project.snapshot_file.unlink(missing_ok=True)
         resumed = self.resume()
         if self.step >= self.planned:
             self._log(f"training already complete at step {self.step} (train.steps = {self.planned}); "
@@ -262,6 +337,7 @@ class Trainer:
             return "done"
         self.report("status", status="running", resumed_at=self.step if resumed else 0, steps=self.planned)
         t, window_start, window_samples, session = self.t, time.monotonic(), 0, (time.monotonic(), self.step)
+        window_steps = 0          # steps in this log window: fewer than log_every right after a resume
         acc = {"loss": 0.0, "cos": 0.0, "rel_mse": 0.0}
         while self.step < self.planned:
             if should_stop():
@@ -269,39 +345,50 @@ class Trainer:
             batch = self.stream.next().to(self.device)
             stats = self.train_step(batch)
             window_samples += batch.size
+            window_steps += 1
             for k in acc:
                 acc[k] += stats[k]
-            if self.project.snapshot_file.exists():
+            if main and self.project.snapshot_file.exists():
                 self._snapshot()
             if self.step % t.log_every == 0:
                 now = time.monotonic()
                 rate = window_samples / max(now - window_start, 1e-9)
                 steps_per_s = (self.step - session[1]) / max(now - session[0], 1e-9)
                 point = {"step": self.step, "steps": self.planned,
-                         **{k: float(v) / t.log_every for k, v in acc.items()},
+                         **{k: float(v) / window_steps for k, v in acc.items()},
                          "lr": stats["lr"], "samples_per_s": round(rate, 2),
                          "eta_s": round((self.planned - self.step) / max(steps_per_s, 1e-9), 1)}
-                self._record(point)
+                if main:
+                    self._record(point)
+                    self._reread_steps()
+                if self.rank.distributed:       # rank 0's count of planned steps is everyone's
+                    import torch.distributed as td
+                    planned = torch.tensor([self.planned], device=self.device)
+                    td.broadcast(planned, 0)
+                    self.planned = int(planned.item())
                 acc = {k: 0.0 for k in acc}
-                window_start, window_samples = now, 0
-                self._reread_steps()
+                window_start, window_samples, window_steps = now, 0, 0
             final = self.step >= self.planned
-            if self.step % t.val_every == 0 or final:
+            if main and (self.step % t.val_every == 0 or final):
                 self.report("progress", count=self.step, total=self.planned, unit="steps",
                             detail=f"validating at step {self.step}")
                 self.validate()
-            if self.step % t.save_every == 0 or final:
+            if main and (self.step % t.save_every == 0 or final):
                 self.save("last")
-            self.keep_step(forced=final)
+            if main:
+                self.keep_step(forced=final)
             if should_stop():
                 return self._stop()
-        if not (self.ckpt / "best.pt").exists():
+        if main and not (self.ckpt / "best.pt").exists():
             self.save("best")
-        self.project.snapshot_file.unlink(missing_ok=True)
+        if main:
+            self.project.snapshot_file.unlink(missing_ok=True)
         self._log(f"done at step {self.step}, best val cos {self.best_val_cos:.5f}")
         return "done"
 
     def _stop(self) -> str:
+        if not self.rank.main:
+            return "stopped"
         if self.val_step != self.step:
             self.validate()
         self.save("last")
@@ -364,6 +451,14 @@ class Trainer:
 
     def _log(self, message: str) -> None:
         self.report("log", level="info", message=message)
+
+
+def _errors_only(report: Report) -> Report:
+    """What a rank other than 0 reports: its errors (rank 0 reports progress, metrics and logs)."""
+    def forward(type: str, **payload: Any) -> None:
+        if type == "error":
+            report(type, **payload)
+    return forward
 
 
 def _step_of(line: str) -> int | None:
