@@ -11,6 +11,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+# huggingface_hub and datasets read HF_HUB_OFFLINE once, when first imported — which may happen while
+# test modules are collected, before any fixture runs. Offline from the start, then; the tests that
+# talk to the loopback Hub switch huggingface_hub's constant on for themselves.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
 
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path_factory, monkeypatch):
