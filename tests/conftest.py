@@ -43,6 +43,36 @@ def run_cli():
     return cli
 
 
+def demo_with_corpus(root: Path, pack_id: str = "t5xxl_pixart", settings: tuple[str, ...] = ()) -> Path:
+    """`build_demo` at `root`, `settings` applied, its corpus stage run; returns the folder (a
+    template that tests copy with `copy_project`)."""
+    from trainer_core.demo import build_demo
+    from trainer_core.events import ListReport
+    from trainer_core.project import Project
+    from trainer_core.stages import corpus
+    project = build_demo(root, pack_id)
+    if settings:
+        project.update_settings(list(settings))
+    assert corpus.run(Project.open(root), ListReport()) == "done"
+    return root
+
+
+def copy_project(template: Path, where: Path):
+    """A copy of a template project folder under `where`, opened."""
+    import shutil
+
+    from trainer_core.project import Project
+    return Project.open(shutil.copytree(template, where / template.name))
+
+
+def trained_demo(root: Path, pack_id: str = "t5xxl_pixart") -> Path:
+    """`gguf-trainer demo --pack PACK` + `gguf-trainer run`: the whole pipeline, in fresh processes."""
+    assert cli("demo", "--project", str(root), "--pack", pack_id).returncode == 0
+    r = cli("run", "--project", str(root), timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return root
+
+
 def write_prompts(path: Path, n: int, seed: int = 0) -> list[str]:
     """n distinct prompts of 3-12 words, one a line; returns them."""
     rng = random.Random(seed)

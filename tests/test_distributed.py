@@ -13,14 +13,13 @@ import time
 import pytest
 import torch
 
-from conftest import REPO
-from trainer_core.demo import build_demo
+from conftest import REPO, copy_project, demo_with_corpus
 from trainer_core.dist import current, launcher_argv
 from trainer_core.errors import UsageError
 from trainer_core.events import ListReport
 from trainer_core.project import Project
 from trainer_core.shards import shard_files
-from trainer_core.stages import corpus, precompute, stage_done
+from trainer_core.stages import precompute, stage_done
 
 TIMEOUT = 300
 
@@ -44,11 +43,8 @@ def shard_bytes(project: Project, split: str) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dist") / "t5_adapter"
-    project = build_demo(root, "t5xxl_pixart")
-    project.update_settings(["precompute.val_shard_size=8", "precompute.shard_size=60"])    # 5 val, 6 train shards
-    assert corpus.run(Project.open(root), ListReport()) == "done"
-    return root
+    return demo_with_corpus(tmp_path_factory.mktemp("dist") / "t5_adapter",      # 5 val, 6 train shards
+                            settings=("precompute.val_shard_size=8", "precompute.shard_size=60"))
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +60,7 @@ def reference(template, tmp_path_factory):
 
 @pytest.fixture
 def demo(template, tmp_path):
-    root = tmp_path / "t5_adapter"
-    shutil.copytree(template, root)
-    return Project.open(root)
+    return copy_project(template, tmp_path)
 
 
 def test_the_rank_comes_from_the_launchers_environment():

@@ -36,6 +36,9 @@ DEMO_SETTINGS = [
     "train.device=cpu", "train.width=64", "train.depth=2", "train.steps=200", "train.batch_size=16",
     "train.warmup=20", "train.log_every=10", "train.val_every=50", "train.save_every=50",
 ]
+_IMAGE_DEMO = ["corpus.image_presets=[]", "corpus.image_folders=materials/demo_images", "corpus.n_image=64",
+               "corpus.n_two=8", "corpus.n_text=48", "corpus.n_val_image=12", "corpus.n_val_text=12",
+               "precompute.shard_size=60", "precompute.val_shard_size=24", "train.lr=0.001"]
 # per pack, over DEMO_SETTINGS; LLaDA's mock rows are 1.3 MB a prompt, so its corpus is smaller
 DEMO_PACKS = {
     "t5xxl_pixart": [],
@@ -43,16 +46,10 @@ DEMO_PACKS = {
                     "precompute.val_shard_size=32", "precompute.mock_teacher=true",
                     "train.lr=0.002"],   # the mock rows are learnt slowly at the recipe's 2e-4 in 200 steps
     # a tiny random Qwen3-VL teacher and 32 generated captioned images in a local folder
-    "qwen3vl_mageflow": ["corpus.image_presets=[]", "corpus.image_folders=materials/demo_images",
-                         "corpus.n_image=64", "corpus.n_two=8", "corpus.n_text=48", "corpus.n_val_image=12",
-                         "corpus.n_val_text=12", "precompute.shard_size=60", "precompute.val_shard_size=24",
-                         "train.lr=0.001"],
+    "qwen3vl_mageflow": _IMAGE_DEMO,
     # the same, rendered at 128² or 192² (16 or 36 slots) instead of 384²…1024²
-    "qwen3vl_qwenimage": ["corpus.image_presets=[]", "corpus.image_folders=materials/demo_images",
-                          "corpus.n_image=64", "corpus.n_two=8", "corpus.n_text=48", "corpus.n_val_image=12",
-                          "corpus.n_val_text=12", "precompute.shard_size=60", "precompute.val_shard_size=24",
-                          "corpus.ref_areas=[[16384, 0.5], [36864, 0.5]]", "corpus.two_image_max_area=16384",
-                          "train.lr=0.001"],
+    "qwen3vl_qwenimage": _IMAGE_DEMO + ["corpus.ref_areas=[[16384, 0.5], [36864, 0.5]]",
+                                        "corpus.two_image_max_area=16384"],
 }
 DEMO_IMAGES = 32
 

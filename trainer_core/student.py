@@ -18,7 +18,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import Qwen3Config, Qwen3Model
 
-from .batching import greedy_batches
+from .batching import greedy_batches, pad_batch
 from .errors import ModelFileError
 from .gguf_io import STUDENT_MARKER, dequantize, open_gguf
 
@@ -166,13 +166,7 @@ class Student:
         if not token_lists or any(len(ids) == 0 for ids in token_lists):
             raise ValueError("batch() needs at least one token list and no empty ones; "
                              "tokenize() never returns an empty list")
-        length = max(len(ids) for ids in token_lists)
-        ids = torch.full((len(token_lists), length), EMPTY_TOKEN_ID, dtype=torch.long)  # [B, L]
-        mask = torch.zeros((len(token_lists), length), dtype=torch.bool)               # [B, L]
-        for row, tokens in enumerate(token_lists):
-            ids[row, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-            mask[row, :len(tokens)] = True
-        return ids, mask
+        return pad_batch(token_lists, EMPTY_TOKEN_ID)
 
     def hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Final-norm hidden states [B, L, hidden_size] as float32 on the model's device.

@@ -35,7 +35,7 @@ __all__ = [
     "EDIT_PREFIX", "T2I_PREFIX", "SUFFIX", "EDIT_START", "T2I_START", "HEADER_TOKENS", "SUFFIX_IDS",
     "IMAGE_PAD", "VISION_START", "VISION_END", "FIRST_SLOT", "MAX_SIDE", "FACTOR", "CLIP_MEAN", "CLIP_STD",
     "PATCH", "MERGE", "TEMPORAL", "header", "sample_string", "Sample", "build_sample", "check_templates",
-    "target_size", "image_tokens", "load_rgb", "clip_preprocess", "preprocess", "patchify",
+    "target_size", "image_tokens", "merged_tokens", "load_rgb", "clip_preprocess", "preprocess", "patchify",
 ]
 
 EDIT_PREFIX = (
@@ -135,6 +135,11 @@ def target_size(width: int, height: int) -> tuple[int, int]:
 def image_tokens(width: int, height: int) -> int:
     w_bar, h_bar = target_size(width, height)
     return (w_bar // FACTOR) * (h_bar // FACTOR)
+
+
+def merged_tokens(image: np.ndarray) -> int:
+    """Slots of a preprocessed [h, w, 3] image: one per 32 × 32 pixels."""
+    return (image.shape[0] // FACTOR) * (image.shape[1] // FACTOR)
 
 
 def load_rgb(source: str | os.PathLike | bytes) -> np.ndarray:

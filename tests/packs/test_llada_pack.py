@@ -8,8 +8,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import cli
-from trainer_core.demo import build_demo
+from conftest import cli, copy_project, demo_with_corpus
 from trainer_core.errors import ModelFileError
 from trainer_core.events import ListReport
 from trainer_core.export import checkpoint_model, load_checkpoint
@@ -18,7 +17,7 @@ from trainer_core.inspect_file import describe_gguf
 from trainer_core.packs.llada_teacher import LLaDATeacher
 from trainer_core.project import Project
 from trainer_core.shards import Shard, shard_files
-from trainer_core.stages import corpus, precompute, stage_done
+from trainer_core.stages import precompute, stage_done
 from trainer_core.tiny import write_tiny_llada
 
 NQ, PROJ = 256, 48
@@ -27,17 +26,12 @@ NQ, PROJ = 256, 48
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
     """The LLaDA demo project with its corpus written (built once; tests work on copies)."""
-    root = tmp_path_factory.mktemp("llada") / "llada_adapter"
-    project = build_demo(root, "llada_image")
-    assert corpus.run(project, ListReport()) == "done"
-    return root
+    return demo_with_corpus(tmp_path_factory.mktemp("llada") / "llada_adapter", "llada_image")
 
 
 @pytest.fixture
 def demo(template, tmp_path):
-    root = tmp_path / "llada_adapter"
-    shutil.copytree(template, root)
-    return Project.open(root)
+    return copy_project(template, tmp_path)
 
 
 def with_tiny_teacher(project: Project) -> Project:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import cli
+from conftest import cli, trained_demo
 from trainer_core.events import ListReport
 from trainer_core.gguf_io import read_gguf_tensors
 from trainer_core.inspect_file import describe_gguf
@@ -125,11 +125,7 @@ def test_the_mock_has_the_shapes_and_mixes_the_image_into_its_slots(images):
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mageflow") / "qwen3vl_4b_adapter"
-    assert cli("demo", "--project", str(root), "--pack", "qwen3vl_mageflow").returncode == 0
-    r = cli("run", "--project", str(root), timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return Project.open(root)
+    return Project.open(trained_demo(tmp_path_factory.mktemp("mageflow") / "qwen3vl_4b_adapter", "qwen3vl_mageflow"))
 
 
 def test_the_shards_hold_every_real_row_and_the_raw_vision_rows(demo):

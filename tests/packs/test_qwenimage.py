@@ -11,7 +11,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from conftest import cli
+from conftest import trained_demo
 from trainer_core.gguf_io import read_gguf_kvs
 from trainer_core.inspect_file import describe_gguf
 from trainer_core.packs.qwen3vl_teacher import Qwen3VLFullTeacher, VisionOut, mrope_positions
@@ -168,11 +168,7 @@ def test_turning_deepstack_off_changes_the_text_rows_after_the_image(teacher, ba
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    root = tmp_path_factory.mktemp("qwenimage") / "qwen3vl_8b_adapter"
-    assert cli("demo", "--project", str(root), "--pack", "qwen3vl_qwenimage").returncode == 0
-    r = cli("run", "--project", str(root), timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return Project.open(root)
+    return Project.open(trained_demo(tmp_path_factory.mktemp("qwenimage") / "qwen3vl_8b_adapter", "qwen3vl_qwenimage"))
 
 
 def test_supervision_and_statistics_cover_exactly_the_consumed_rows(demo):

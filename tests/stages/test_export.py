@@ -25,12 +25,8 @@ STEPS = 200
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """`gguf-trainer demo` + `gguf-trainer run`: the whole pipeline, once."""
-    from conftest import cli
-    root = tmp_path_factory.mktemp("out") / "t5_adapter"
-    assert cli("demo", "--project", str(root)).returncode == 0
-    r = cli("run", "--project", str(root), timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return root
+    from conftest import trained_demo
+    return trained_demo(tmp_path_factory.mktemp("out") / "t5_adapter")
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, copy_project, demo_with_corpus
 from trainer_core.demo import build_demo
 from trainer_core.errors import TrainerError
 from trainer_core.events import ListReport, parse_event
@@ -24,17 +24,12 @@ from trainer_core.stages import corpus, precompute, stage_done
 @pytest.fixture(scope="module")
 def demo_template(tmp_path_factory):
     """A demo project with its corpus written (built once; tests work on copies)."""
-    root = tmp_path_factory.mktemp("demo") / "t5_adapter"
-    project = build_demo(root, "t5xxl_pixart")
-    assert corpus.run(project, ListReport()) == "done"
-    return root
+    return demo_with_corpus(tmp_path_factory.mktemp("demo") / "t5_adapter")
 
 
 @pytest.fixture
 def demo(demo_template, tmp_path):
-    root = tmp_path / "t5_adapter"
-    shutil.copytree(demo_template, root)
-    return Project.open(root)
+    return copy_project(demo_template, tmp_path)
 
 
 def small_shards(project: Project, size: int = 20) -> Project:

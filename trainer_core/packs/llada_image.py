@@ -37,7 +37,7 @@ class LLaDAPack(TrainerPack):
         from .llada_teacher import teacher_dims
         root = self.resolve_material(project, "teacher")
         if not (root / "text_projection" / "config.json").is_file() and mock_enabled(project):
-            return {"out_dim": OUT_DIM, "num_queries": NUM_QUERIES}
+            return dict(self.reference_dims)
         dims = teacher_dims(self.require_material(project, "teacher"))
         return {"out_dim": dims["out_dim"], "num_queries": dims["num_queries"]}
 

@@ -68,14 +68,11 @@ def _rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def _linear(fan_in: int, fan_out: int, bias: bool) -> nn.Linear:
-    return nn.Linear(fan_in, fan_out, bias=bias)
-
 
 class _MLP(nn.Module):
     def __init__(self, hidden: int, inner: int, bias: bool):
         super().__init__()
-        self.fc1, self.fc2 = _linear(hidden, inner, bias), _linear(inner, hidden, bias)
+        self.fc1, self.fc2 = nn.Linear(hidden, inner, bias=bias), nn.Linear(inner, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(_gelu_tanh(self.fc1(x)))
@@ -91,7 +88,7 @@ class _PackedCrossAttention(nn.Module):
         self.heads = heads
         self.in_proj_weight = nn.Parameter(torch.empty(3 * hidden, hidden))
         self.in_proj_bias = nn.Parameter(torch.empty(3 * hidden))
-        self.out_proj = _linear(hidden, hidden, out_bias)
+        self.out_proj = nn.Linear(hidden, hidden, bias=out_bias)
 
     def forward(self, q: torch.Tensor, kv: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         b, nq, h = q.shape
@@ -151,8 +148,8 @@ class _ProjectionAttention(nn.Module):
         if hidden % heads:
             raise ValueError(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
         self.heads, self.eps = heads, eps
-        self.q_proj, self.k_proj, self.v_proj = (_linear(hidden, hidden, True) for _ in range(3))
-        self.out_proj = _linear(hidden, hidden, out_bias)
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(hidden, hidden) for _ in range(3))
+        self.out_proj = nn.Linear(hidden, hidden, bias=out_bias)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
         b, n, h = x.shape
@@ -191,7 +188,7 @@ class TextProjection(nn.Module):
         self.layers = nn.ModuleList(
             _ProjectionLayer(hidden, int(c["num_attention_heads"]), int(c["intermediate_size"]), float(c["norm_eps"]),
                              bias) for _ in range(int(c["num_hidden_layers"])))
-        self.projector = _linear(hidden, int(c["projection_dim"]), bias)
+        self.projector = nn.Linear(hidden, int(c["projection_dim"]), bias=bias)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         keep = None if keep is None else keep.to(device=x.device, dtype=torch.bool)

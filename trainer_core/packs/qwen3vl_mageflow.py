@@ -6,17 +6,16 @@ supervised, the 64 / 34-token templates of vision_data; the machinery is vision_
 from __future__ import annotations
 
 from ..vision_data import EDIT_PREFIX, SUFFIX, T2I_PREFIX
-from .base import STUDENT_MATERIALS, Material
-from .vision_pack import TEACHER_PATTERNS, VisionPack
+from .base import STUDENT_MATERIALS
+from .vision_pack import VisionPack, qwen3vl_teacher
 
 __all__ = ["PACK", "TEACHER", "EDIT_PREFIX", "T2I_PREFIX", "SUFFIX", "OUT_DIM", "VIS_DIM"]
 
 # the reference shapes (Qwen3-VL-4B): text hidden and the vision merger's output
 OUT_DIM, VIS_DIM = 2560, 2560
 
-TEACHER = Material("teacher", "Qwen3-VL-4B-Instruct (teacher)", "hf_snapshot", repo="Qwen/Qwen3-VL-4B-Instruct",
-                   patterns=TEACHER_PATTERNS, subdir="Qwen3-VL-4B-Instruct", size_hint="~8.3 GB",
-                   hint="resident needs about 11 GB of GPU memory; smaller cards stream the text stack from RAM")
+TEACHER = qwen3vl_teacher("Qwen3-VL-4B-Instruct", "~8.3 GB",
+                          "resident needs about 11 GB of GPU memory; smaller cards stream the text stack from RAM")
 
 PACK = VisionPack(
     id="qwen3vl_mageflow",

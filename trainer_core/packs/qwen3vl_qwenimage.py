@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from ..qwenimage_data import SYSTEM, USER
 from ..vision_data import SUFFIX
-from .base import STUDENT_MATERIALS, Material
-from .vision_pack import TEACHER_PATTERNS, VisionPack
+from .base import STUDENT_MATERIALS
+from .vision_pack import VisionPack, qwen3vl_teacher
 
 __all__ = ["PACK", "TEACHER", "SYSTEM", "USER", "SUFFIX", "OUT_DIM", "VIS_DIM"]
 
 # the reference shapes (Qwen3-VL-8B): text hidden and the vision merger's output
 OUT_DIM, VIS_DIM = 4096, 4096
 
-TEACHER = Material("teacher", "Qwen3-VL-8B-Instruct (teacher)", "hf_snapshot", repo="Qwen/Qwen3-VL-8B-Instruct",
-                   patterns=TEACHER_PATTERNS, subdir="Qwen3-VL-8B-Instruct", size_hint="~17.5 GB",
-                   hint="resident needs a card of about 24 GB; smaller cards stream the text stack from RAM")
+TEACHER = qwen3vl_teacher("Qwen3-VL-8B-Instruct", "~17.5 GB",
+                          "resident needs a card of about 24 GB; smaller cards stream the text stack from RAM")
 
 PACK = VisionPack(
     id="qwen3vl_qwenimage",

@@ -22,14 +22,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 
+from ..batching import pad_batch
 from ..devices import gpu_budget_gib, is_big_card
 from ..errors import ModelFileError, UsageError
-from ..vision_data import FACTOR, MERGE, PATCH, TEMPORAL, patchify
+from ..vision_data import FACTOR, MERGE, PATCH, TEMPORAL, merged_tokens, patchify
 from .rope_guard import RopeError, table_problem
 
 __all__ = ["VISION_BUDGETS", "auto_budgets", "text_weights_gib", "resolve_mode", "Qwen3VLTeacher",
@@ -149,36 +150,33 @@ class Qwen3VLTeacher:
     def exec_device(self) -> torch.device:
         return self.device if self.mode != "cpu" else torch.device("cpu")
 
-    def encode_images(self, images: Sequence[np.ndarray], budget: int) -> list[torch.Tensor]:
-        """Per preprocessed image [h, w, 3], its merger rows [(h/32)·(w/32), vis_dim] bf16 on the CPU; the
-        tower runs on images batched within `budget` merged tokens."""
-        tokens = [(im.shape[0] // FACTOR) * (im.shape[1] // FACTOR) for im in images]
-        out: list[torch.Tensor] = []
+    def _tower(self, images: Sequence[np.ndarray], budget: int) -> Iterator[tuple[Any, tuple, list[int]]]:
+        """The vision tower over images batched within `budget` merged tokens: per batch, its output,
+        the images' (1, gh, gw) patch grids and their merged token counts."""
+        tokens = [merged_tokens(im) for im in images]
         for batch in image_batches(tokens, budget):
             rows, grids = zip(*(patchify(images[i]) for i in batch))
             pixels = torch.from_numpy(np.concatenate(rows)).to(self.exec_device, self.dtype)
-            grid = torch.tensor(grids, device=self.exec_device)
             with torch.inference_mode():
-                merged = self.model.visual(hidden_states=pixels, grid_thw=grid).pooler_output   # [Σ n, vis]
-            out += [r.to("cpu", torch.bfloat16) for r in merged.split([tokens[i] for i in batch])]
-        return out
+                out = self.model.visual(hidden_states=pixels, grid_thw=torch.tensor(grids, device=self.exec_device))
+            yield out, grids, [tokens[i] for i in batch]
+
+    def encode_images(self, images: Sequence[np.ndarray], budget: int) -> list[torch.Tensor]:
+        """Per preprocessed image [h, w, 3], its merger rows [(h/32)·(w/32), vis_dim] bf16 on the CPU."""
+        return [rows.to("cpu", torch.bfloat16) for out, _, sizes in self._tower(images, budget)
+                for rows in out.pooler_output.split(sizes)]
 
     def hidden(self, token_lists: Sequence[Sequence[int]], vision: Sequence[Spliced]) -> list[torch.Tensor]:
         """Per sample, the final-norm rows [len, out_dim] float32 on the CPU, its images' rows spliced at
         their slots; one padded batch."""
-        length = max(len(t) for t in token_lists)
-        ids = torch.full((len(token_lists), length), PAD_ID, dtype=torch.long)
-        mask = torch.zeros(len(token_lists), length, dtype=torch.long)
-        for b, tokens in enumerate(token_lists):
-            ids[b, :len(tokens)] = torch.tensor(tokens)
-            mask[b, :len(tokens)] = 1
+        ids, mask = pad_batch(token_lists, PAD_ID)
         dev = self.exec_device
         with torch.inference_mode():
             x = self.embed.to(dev)[ids.to(dev)].to(self.dtype)                          # [B, L, H]
             for b, images in enumerate(vision):
                 for start, rows in images:
                     x[b, start:start + rows.shape[0]] = rows.to(dev, self.dtype)
-            out = self.model.language_model(inputs_embeds=x, attention_mask=mask.to(dev),
+            out = self.model.language_model(inputs_embeds=x, attention_mask=mask.long().to(dev),
                                             position_ids=None).last_hidden_state         # [B, L, out]
         return [out[b, :len(t)].to("cpu", torch.float32) for b, t in enumerate(token_lists)]
 
@@ -274,31 +272,20 @@ class Qwen3VLFullTeacher(Qwen3VLTeacher):
     final RMSNorm (the input of `language_model.norm`: transformers 5's hidden_states[-1] is normed)."""
 
     def encode_images(self, images: Sequence[np.ndarray], budget: int) -> list[VisionOut]:  # type: ignore[override]
-        tokens = [(im.shape[0] // FACTOR) * (im.shape[1] // FACTOR) for im in images]
         out: list[VisionOut] = []
-        for batch in image_batches(tokens, budget):
-            rows, grids = zip(*(patchify(images[i]) for i in batch))
-            pixels = torch.from_numpy(np.concatenate(rows)).to(self.exec_device, self.dtype)
-            with torch.inference_mode():
-                res = self.model.visual(hidden_states=pixels, grid_thw=torch.tensor(grids, device=self.exec_device))
-            sizes = [tokens[i] for i in batch]
+        for res, grids, sizes in self._tower(images, budget):
             mains = res.pooler_output.split(sizes)
             levels = [d.split(sizes) for d in res.deepstack_features]
-            for j, i in enumerate(batch):      # kept in the compute dtype: the text stack gets what HF's forward gets
-                gh, gw = grids[j][1] // MERGE, grids[j][2] // MERGE
-                out.append(VisionOut(mains[j].to("cpu"), [lv[j].to("cpu") for lv in levels], (gh, gw)))
+            for j, (_, gh, gw) in enumerate(grids):   # kept in the compute dtype: the text stack gets what HF's gets
+                out.append(VisionOut(mains[j].to("cpu"), [lv[j].to("cpu") for lv in levels], (gh // MERGE, gw // MERGE)))
         return out
 
     def hidden(self, token_lists: Sequence[Sequence[int]], vision: Sequence[Spliced]) -> list[torch.Tensor]:
         """Per sample, the pre-norm rows [len, out_dim] float32 on the CPU (every position, slots included)."""
-        length = max(len(t) for t in token_lists)
-        ids = torch.full((len(token_lists), length), PAD_ID, dtype=torch.long)
-        mask = torch.zeros(len(token_lists), length, dtype=torch.long)
-        positions = torch.empty(3, len(token_lists), length, dtype=torch.long)
-        for b, tokens in enumerate(token_lists):
-            ids[b, :len(tokens)] = torch.tensor(tokens)
-            mask[b, :len(tokens)] = 1
-            positions[:, b] = mrope_positions(length, len(tokens), [(s, v.grid) for s, v in vision[b]])
+        ids, mask = pad_batch(token_lists, PAD_ID)
+        length = ids.shape[1]
+        positions = torch.stack([mrope_positions(length, len(tokens), [(s, v.grid) for s, v in images])
+                                 for tokens, images in zip(token_lists, vision)], dim=1)     # [3, B, L]
         dev = self.exec_device
         captured: list[torch.Tensor] = []
         hook = self.model.language_model.norm.register_forward_hook(lambda mod, args, out: captured.append(args[0]))
@@ -316,7 +303,7 @@ class Qwen3VLFullTeacher(Qwen3VLTeacher):
                         for level, rows in zip(levels, v.deepstack):
                             level.append(rows.to(dev, self.dtype))
                 deepstack = [torch.cat(level) for level in levels] if levels else None
-                self.model.language_model(inputs_embeds=x, attention_mask=mask.to(dev), position_ids=positions.to(dev),
+                self.model.language_model(inputs_embeds=x, attention_mask=mask.long().to(dev), position_ids=positions.to(dev),
                                           visual_pos_masks=visual.to(dev) if deepstack else None,
                                           deepstack_visual_embeds=deepstack)
         finally:

@@ -17,18 +17,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ModelFileError, TrainerError
-from .base import Budgets, TrainerPack
+from .base import Budgets, Material, TrainerPack
 
 if TYPE_CHECKING:
     from ..adapter import AdapterConfig
     from ..project import Project
 
-__all__ = ["VisionPack", "VisionSession", "PROBES"]
+__all__ = ["VisionPack", "VisionSession", "PROBES", "qwen3vl_teacher"]
 
 PROBES = ("a sheep in sunglasses", "make it night", "", "Add snow, heavy")
 TEACHER_PATTERNS = ("config.json", "generation_config.json", "model.safetensors.index.json", "model-*.safetensors",
                     "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
                     "chat_template.json")
+
+
+def qwen3vl_teacher(name: str, size_hint: str, hint: str) -> Material:
+    """The teacher material of a vision pack: the Qwen/<name> snapshot under materials/<name>."""
+    return Material("teacher", f"{name} (teacher)", "hf_snapshot", repo=f"Qwen/{name}", patterns=TEACHER_PATTERNS,
+                    subdir=name, size_hint=size_hint, hint=hint)
 
 
 @dataclass(frozen=True)
@@ -191,10 +197,11 @@ class VisionPack(TrainerPack):
         import torch
 
         from ..batching import greedy_batches
+        from ..vision_data import merged_tokens
         data = self._data()
         weight = session.weight                                             # vision_proj [in, vis]
         images = [self._preprocess(sample, session) for sample in prompts]
-        counts = [[(im.shape[0] // 32) * (im.shape[1] // 32) for im in pre] for pre in images]
+        counts = [[merged_tokens(im) for im in pre] for pre in images]
         built = [data.build_sample(student.tokenizer, s["text"], n) for s, n in zip(prompts, counts)]
         truncated = sum(len(b.ids) > self.max_len_student for b in built)
         order = sorted(range(len(prompts)), key=lambda i: len(built[i].ids))

@@ -58,8 +58,6 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     pack = project.pack
     train_file, val_file = project.corpus_files()
     corpus = pack.read_samples(project, val_file if split == "val" else train_file)
-    p = project.settings.precompute
-    size = p.val_shard_size if split == "val" else p.shard_size
     total = expected_shards(project, split, len(corpus))
     rank = current_rank()
     if not _split_ready(project, split, rank, report, should_stop):
