@@ -47,12 +47,12 @@ from typing import Any, Callable
 
 import torch
 
-from trainer_core.events import ListReport
+from trainer_core.base.events import ListReport
 from trainer_core.project import Project
-from trainer_core.shards import contract_for, shard_path, write_shard
+from trainer_core.contract.shards import contract_for, shard_path, write_shard
 from trainer_core.stages.base import never
 from trainer_core.stages.train import Trainer
-from trainer_core.stream import Batch, ShardStream
+from trainer_core.contract.stream import Batch, ShardStream
 
 SIZES = {
     "reference": {"in_dim": 1024, "width": 1024, "depth": 6, "batch": 32, "train_samples": 256, "val_samples": 64},
@@ -256,10 +256,11 @@ def _compile(trainer: Trainer) -> None:
 def bench_precompute(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     from transformers import Qwen3Model
 
-    from trainer_core.demo import build_demo, demo_prompts
+    from trainer_core.demo.build import build_demo, demo_prompts
     from trainer_core.stages import corpus as corpus_stage
     from trainer_core.stages import precompute as precompute_stage
-    from trainer_core.tiny import tiny_qwen3_config, write_student_config, write_student_gguf, write_tiny_t5
+    from trainer_core.demo.fixtures import tiny_qwen3_config, write_student_config, write_student_gguf
+    from trainer_core.packs.t5xxl_pixart.tiny import write_tiny_t5
 
     started = time.perf_counter()
     project = build_demo(root / "precompute", "t5xxl_pixart")

@@ -3,7 +3,7 @@
     python bench/precompute.py [--prompts N] [--repeat R] [--device cpu|cuda] [--shard-size S]
                                [--threads T] [--profile FILE]
 
-A demo project (trainer_core.demo) is built in a temp folder with N synthetic train prompts,
+A demo project (trainer_core.demo.build) is built in a temp folder with N synthetic train prompts,
 its corpus stage is run for real, and the student and teacher are loaded once with the
 precompute stage's own `load_models`. Then, over the same train shards, rounds run
 interleaved (warm-up A B, then A B A B ...):
@@ -40,18 +40,18 @@ from typing import Any, Iterator
 import safetensors.torch
 import torch
 
-from trainer_core import shards as shards_io
-from trainer_core.batching import greedy_batches
-from trainer_core.demo import build_demo, demo_prompts
-from trainer_core.errors import TrainerError
-from trainer_core.events import ListReport
+from trainer_core.contract import shards as shards_io
+from trainer_core.contract.batching import greedy_batches
+from trainer_core.demo.build import build_demo, demo_prompts
+from trainer_core.base.errors import TrainerError
+from trainer_core.base.events import ListReport
 from trainer_core.project import Project
-from trainer_core.shards import contract_for, mock_enabled
+from trainer_core.contract.shards import contract_for, mock_enabled
 from trainer_core.stages import corpus as corpus_stage
-from trainer_core.stages.corpus import read_corpus
+from trainer_core.contract.corpus_files import read_corpus
 from trainer_core.stages.precompute import load_models
 
-BENCH_SEED = 7  # the synthetic corpus; the demo's own prompts use trainer_core.demo.SEED
+BENCH_SEED = 7  # the synthetic corpus; the demo's own prompts use trainer_core.demo.build.SEED
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@
         [--depth D] [--batch B] [--rounds R] [--threads T] [--scale S] [--cadence default|demo]
         [--profile FILE]
 
-A demo project (trainer_core.demo) is built in a temp folder with N synthetic train prompts; its
+A demo project (trainer_core.demo.build) is built in a temp folder with N synthetic train prompts; its
 corpus and precompute stages run for real. The defaults (width 128, depth 2, batch 32, 300
 steps) keep a whole run near 3 minutes on 2 CPU cores. `--cadence default` (the default) keeps
 the settings' own cadence (metrics every 25 steps, last.pt every 250, validation every 500, so a
@@ -54,22 +54,22 @@ from typing import Any, Iterator
 
 import torch
 
-from trainer_core.adapter import build_adapter
-from trainer_core.demo import build_demo, demo_prompts
-from trainer_core.errors import TrainerError
-from trainer_core.events import ListReport
-from trainer_core.losses import distill_loss
+from trainer_core.contract.adapter import build_adapter
+from trainer_core.demo.build import build_demo, demo_prompts
+from trainer_core.base.errors import TrainerError
+from trainer_core.base.events import ListReport
+from trainer_core.contract.losses import distill_loss
 from trainer_core.project import Project
-from trainer_core.schedule import lr_at
-from trainer_core.shards import valid_shards
+from trainer_core.contract.schedule import lr_at
+from trainer_core.contract.shards import valid_shards
 from trainer_core.stages import corpus as corpus_stage
 from trainer_core.stages import precompute as precompute_stage
 from trainer_core.stages.base import never
-from trainer_core.stages.corpus import read_corpus
+from trainer_core.contract.corpus_files import read_corpus
 from trainer_core.stages.train import Trainer
-from trainer_core.stream import Batch, ShardStream
+from trainer_core.contract.stream import Batch, ShardStream
 
-BENCH_SEED = 7    # the synthetic corpus; the demo's own prompts use trainer_core.demo.SEED
+BENCH_SEED = 7    # the synthetic corpus; the demo's own prompts use trainer_core.demo.build.SEED
 STAGE_PARTS = ("stream", "train_step", "validate", "save", "metrics", "keep_step")
 
 
@@ -128,7 +128,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def bench_settings(args: argparse.Namespace) -> list[str]:
     """The train settings of every run; the cadence is the settings' defaults or the demo's."""
-    from trainer_core.config import TrainSettings
+    from trainer_core.base.config import TrainSettings
     d = TrainSettings()
     log_every, val_every, save_every = ((10, 50, 50) if args.cadence == "demo"
                                         else (d.log_every, d.val_every, d.save_every))

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer_core.adapter import AdapterConfig, build_adapter, count_parameters, expected_tensor_count
+from trainer_core.contract.adapter import AdapterConfig, build_adapter, count_parameters, expected_tensor_count
 
 RESAMPLER_BLOCK = [
     "ln_self.weight", "ln_self.bias",

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainer_core.events import EventTailer
-from trainer_core.stages.corpus import read_corpus
+from trainer_core.base.events import EventTailer
+from trainer_core.contract.corpus_files import read_corpus
 
 
 def events_of(root: Path) -> list[dict]:

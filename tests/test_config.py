@@ -11,14 +11,9 @@ import math
 
 import pytest
 
-from trainer_core.config import (
-    Settings,
-    apply_assignments,
-    default_settings_dict,
-    parse_count,
-    settings_from_dict,
-)
-from trainer_core.errors import ConfigError, UnknownPackError
+from trainer_core.base.config import Settings, parse_count
+from trainer_core.project import apply_assignments, default_settings_dict, settings_from_dict
+from trainer_core.base.errors import ConfigError, UnknownPackError
 
 # ---------------------------------------------------------------- the reference table (§2.1)
 

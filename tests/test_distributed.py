@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from conftest import REPO, copy_project, demo_with_corpus
-from trainer_core.dist import current, launcher_argv
-from trainer_core.errors import UsageError
-from trainer_core.events import ListReport
+from trainer_core.contract.dist import current, launcher_argv
+from trainer_core.base.errors import UsageError
+from trainer_core.base.events import ListReport
 from trainer_core.project import Project
-from trainer_core.shards import shard_files
+from trainer_core.contract.shards import shard_files
 from trainer_core.stages import precompute, stage_done
 
 TIMEOUT = 300

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer_core.events import (
+from trainer_core.base.events import (
     EVENT_TYPES, EventTailer, EventWriter, ListReport, Reporter, make_event, parse_event,
 )
 
@@ -223,7 +223,7 @@ def test_tailer_skips_non_event_lines(tmp_path):
 
 _CHILD = r"""
 import sys
-from trainer_core.events import EventWriter, make_event
+from trainer_core.base.events import EventWriter, make_event
 path, writer = sys.argv[1], int(sys.argv[2])
 w = EventWriter(path)
 sys.stdin.readline()          # wait for the parent's go, so the four write together
@@ -343,7 +343,7 @@ def test_list_report_collects_and_filters():
 
 
 def test_tailer_reads_a_line_longer_than_its_chunk(tmp_path):
-    from trainer_core.events import EventTailer, EventWriter, make_event
+    from trainer_core.base.events import EventTailer, EventWriter, make_event
     path = tmp_path / "events.jsonl"
     with EventWriter(path) as w:
         w.write(make_event("log", {"level": "info", "message": "x" * 5000}))

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainer_core.adapter import AdapterConfig, build_adapter
-from trainer_core.errors import ModelFileError
-from trainer_core.gguf_io import Provenance, read_adapter_gguf, write_adapter_gguf
+from trainer_core.contract.adapter import AdapterConfig, build_adapter
+from trainer_core.base.errors import ModelFileError
+from trainer_core.contract.gguf_io import Provenance, read_adapter_gguf, write_adapter_gguf
 
 IN, OUT, VIS, W = 64, 96, 80, 128
 CONFIGS = {
@@ -66,7 +66,7 @@ def inputs(kind: str, seed: int = 9):
 
 def f16_rounded(model: torch.nn.Module, fold: dict) -> torch.nn.Module:
     """The torch model with exactly the weights the file holds: folded in f32, 2-D cast to f16."""
-    from trainer_core.gguf_io import fold_standardization, gguf_dtype
+    from trainer_core.contract.gguf_io import fold_standardization, gguf_dtype
     state = fold_standardization(model.state_dict(), **fold) if fold else model.state_dict()
     rounded = {k: v.to(torch.float16).to(torch.float32) if gguf_dtype(k, v.ndim) == "f16" else v.clone()
                for k, v in state.items()}
@@ -317,7 +317,7 @@ def test_not_a_gguf_and_truncated_files(tmp_path):
 def test_failed_export_leaves_the_previous_file_and_no_temp(tmp_path, monkeypatch):
     path, _, _ = export(tmp_path, "seeded_resampler")
     before = path.read_bytes()
-    import trainer_core.gguf_io as gio
+    import trainer_core.contract.gguf_io as gio
 
     def broken_verify(*args, **kwargs):
         raise ModelFileError("read-back failed")

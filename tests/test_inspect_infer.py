@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from test_gguf_io import CONFIGS, IN, OUT, VIS, W, _state_arrays, _write_raw, export
-from trainer_core.gguf_io import read_adapter_gguf
+from trainer_core.contract.gguf_io import read_adapter_gguf
 
 
 def engine_rows(path: Path, hidden: np.ndarray, **extra) -> np.ndarray:
@@ -168,8 +168,8 @@ def test_inspect_a_student_and_junk(tmp_path, run_cli):
 
 def test_infer_from_a_prompt_through_template_and_student(tmp_path, run_cli):
     from trainer_core.packs import get_pack
-    from trainer_core.student import load_student
-    from trainer_core.tiny import tiny_qwen3_config, write_qwen_tokenizer, write_student_config, write_student_gguf
+    from trainer_core.contract.student import load_student
+    from trainer_core.demo.fixtures import tiny_qwen3_config, write_qwen_tokenizer, write_student_config, write_student_gguf
     from transformers import Qwen3Model
 
     torch.manual_seed(0)

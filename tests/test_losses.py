@@ -1,4 +1,4 @@
-"""trainer_core.losses against straightforward float64 reimplementations (numpy and loops)."""
+"""trainer_core.contract.losses against straightforward float64 reimplementations (numpy and loops)."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer_core.losses import (
+from trainer_core.contract.losses import (
     PooledMean, ResamplerMetrics, SeededMetrics, TokenAlignedMetrics, accumulate_stats,
     destandardize, distill_loss, health_verdict, real_slots, rel_mse, rms_norm, row_cos,
     standardize, target_stats,

@@ -286,7 +286,7 @@ def test_an_image_preset_is_a_dataset_material_downloaded_and_read_by_the_corpus
 
     from PIL import Image
 
-    from trainer_core.events import ListReport
+    from trainer_core.base.events import ListReport
     from trainer_core.stages import corpus
 
     images, rows = io.BytesIO(), []

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer_core import atomic
-from trainer_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
-from trainer_core.errors import ConfigError, NoProjectError, ProjectExistsError, UsageError
+from trainer_core.base import atomic
+from trainer_core.base.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+from trainer_core.base.errors import ConfigError, NoProjectError, ProjectExistsError, UsageError
 from trainer_core.project import Project, folder_is_project, last_project, remember_last_project
 
 # the llada_image defaults, written out (peer-behaviour §2.1, the keys the project file must hold)

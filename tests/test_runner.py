@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from conftest import write_prompts
-from trainer_core.events import EventTailer
+from trainer_core.base.events import EventTailer
 from trainer_core.runner import wait_gone
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX named pipes")

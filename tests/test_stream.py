@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import trainer_core.stream as stream_module
-from trainer_core.shards import Shard, write_shard
-from trainer_core.stream import ShardStream, StreamPosition, val_batches
+import trainer_core.contract.stream as stream_module
+from trainer_core.contract.shards import Shard, write_shard
+from trainer_core.contract.stream import ShardStream, StreamPosition, val_batches
 
 
 def _shard(path, lens, t_lens, in_dim=6, out_dim=5, seeded=False, seed=0):
@@ -115,7 +115,7 @@ def test_a_damaged_shard_read_ahead_raises_in_the_consumer(tmp_path):
     bad = tmp_path / "1.safetensors"
     bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not a header")
     stream = ShardStream([good, bad], 2, seed=0, prefetch=2)
-    from trainer_core.errors import ModelFileError
+    from trainer_core.base.errors import ModelFileError
     with pytest.raises(ModelFileError, match="damaged"):
         for _ in range(3):
             stream.next()

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from trainer_core.hardware import ProcessWatch
+from trainer_core.base.hardware import ProcessWatch
 from trainer_core.project import Project
 from trainer_core.supervisor import LiveView, downsample
 

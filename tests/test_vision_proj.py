@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from trainer_core.errors import ModelFileError
-from trainer_core.vision_proj import (RowSource, fit_vision_proj, load_vision_proj, safetensors_rows,
+from trainer_core.base.errors import ModelFileError
+from trainer_core.packs.qwen3vl.vision_proj import (RowSource, fit_vision_proj, load_vision_proj, safetensors_rows,
                                       save_vision_proj, tensor_rows)
 
 V, VIS, IN = 20000, 64, 32

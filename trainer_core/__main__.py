@@ -1,6 +1,6 @@
 """`python -m trainer_core` is `gguf-trainer`."""
 import sys
 
-from .cli import main
+from trainer_core.cli import main
 
 sys.exit(main())

@@ -27,14 +27,14 @@ import json
 import sys
 from typing import Any
 
-from . import __version__
-from .atomic import read_json
-from .errors import TrainerError, UsageError
-from .packs import PACKS
-from .pipeline import check_only, run_pipeline
-from .project import Project, last_project
-from .runner import request_stop, kill_pipeline, runtime_status, start_pipeline
-from .status import status_report
+from trainer_core import __version__
+from trainer_core.base.atomic import read_json
+from trainer_core.base.errors import TrainerError, UsageError
+from trainer_core.packs import PACKS
+from trainer_core.pipeline import check_only, run_pipeline
+from trainer_core.project import Project, last_project
+from trainer_core.runner import request_stop, kill_pipeline, runtime_status, start_pipeline
+from trainer_core.status import status_report
 
 __all__ = ["main", "build_parser"]
 
@@ -350,8 +350,8 @@ def _steps_hint(project: Project, steps: int) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .demo import build_demo
-    from .packs import get_pack
+    from trainer_core.demo.build import build_demo
+    from trainer_core.packs import get_pack
     root = Path(args.project) if args.project else Path("gguf-trainer-demo") / get_pack(args.pack).default_folder
     project = build_demo(root, args.pack)
     print(f"demo project ready: {project.root}\n"
@@ -361,7 +361,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_download(args: argparse.Namespace) -> int:
     """Link copies found on disk, then download what is still missing, in the foreground."""
-    from .materials import (DownloadError, adopt_existing, download, list_files, material_lock, material_status,
+    from trainer_core.materials import (DownloadError, adopt_existing, download, list_files, material_lock, material_status,
                             token_for, wanted)
     project = Project.open(args.project)
     for material_id, path in adopt_existing(project):
@@ -422,7 +422,7 @@ def _progress_line(material_id: str):
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from .snapshot import LOG_FILE, start_job, take_snapshot
+    from trainer_core.snapshot import LOG_FILE, start_job, take_snapshot
     project = Project.open(args.project)
     if args.detach:
         pid = start_job(project, args.checkpoint, args.eval, not args.no_fresh, args.device, args.timeout)
@@ -439,7 +439,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    from .resets import reset
+    from trainer_core.resets import reset
     project = Project.open(args.project)
     removed = reset(project, args.what)
     for path in removed:
@@ -455,7 +455,7 @@ def cmd_packs(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .inspect_file import describe_gguf
+    from trainer_core.inspect_file import describe_gguf
     info = describe_gguf(args.file)
     if args.json:
         print(json.dumps(info, indent=2, default=str))
@@ -476,10 +476,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    from .errors import UsageError
-    from .gguf_io import read_adapter_gguf
-    from .infer import compare_rows, read_ids, read_rows, run_adapter, save_rows
-    from .losses import health_verdict
+    from trainer_core.base.errors import UsageError
+    from trainer_core.contract.gguf_io import read_adapter_gguf
+    from trainer_core.infer import compare_rows, read_ids, read_rows, run_adapter, save_rows
+    from trainer_core.contract.losses import health_verdict
 
     adapter = read_adapter_gguf(args.adapter)
     c = adapter.config
@@ -491,8 +491,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
     if args.hidden is not None:
         hidden = read_rows(args.hidden, c.in_dim, "--hidden")
     else:
-        from .packs import get_pack
-        from .student import load_student
+        from trainer_core.packs import get_pack
+        from trainer_core.contract.student import load_student
         pack = get_pack(args.pack)
         student = load_student(args.student, args.tokenizer)
         if student.hidden_size != c.in_dim:

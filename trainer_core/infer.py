@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .atomic import atomic_write_bytes
-from .errors import ModelFileError, UsageError
-from .gguf_io import AdapterFile
+from trainer_core.base.atomic import atomic_write_bytes
+from trainer_core.base.errors import ModelFileError, UsageError
+from trainer_core.contract.gguf_io import AdapterFile
 
 __all__ = ["read_rows", "read_ids", "run_adapter", "compare_rows", "Comparison", "save_rows"]
 

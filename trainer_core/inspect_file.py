@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .gguf_io import PREFIX, STUDENT_MARKER, detect_layout, read_gguf_kvs, read_gguf_tensors
+from trainer_core.contract.gguf_io import PREFIX, STUDENT_MARKER, detect_layout, read_gguf_kvs, read_gguf_tensors
 
 __all__ = ["describe_gguf", "STUDENT_MARKER"]
 

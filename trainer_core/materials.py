@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from .atomic import atomic_write_json, read_json
-from .errors import TrainerError, UsageError
-from .locks import FileLock
-from .project import Project, default_projects_root
+from trainer_core.base.atomic import atomic_write_json, read_json
+from trainer_core.base.errors import TrainerError, UsageError
+from trainer_core.base.locks import FileLock
+from trainer_core.project import Project, default_projects_root
 
 if TYPE_CHECKING:
-    from .packs.base import Material
+    from trainer_core.packs.base import Material
 
 __all__ = ["HubFile", "MaterialStatus", "list_files", "material_status", "all_statuses", "discover", "adopt_existing",
            "download", "start_job", "job_running", "material_lock", "wanted", "DownloadError", "MATERIALS_ENV", "PARTIAL_DIR"]
@@ -400,7 +400,7 @@ def download(project: Project, material: "Material", say: Callable[[dict[str, An
 
 def start_job(project: Project, material_id: str) -> int | None:
     """Launch the detached download job of one material; None when one is already running."""
-    from .runner import child_env, launch_detached
+    from trainer_core.runner import child_env, launch_detached
     material = project.pack.material(material_id)
     if material.kind != "hf_snapshot":
         raise UsageError(f"{material.title} is a local file; it cannot be downloaded.")

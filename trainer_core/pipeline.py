@@ -21,14 +21,14 @@ import traceback
 from datetime import datetime
 from typing import Any
 
-from .errors import AlreadyRunningError, TrainerError, UsageError
-from .events import EventWriter, make_event, parse_event
-from .locks import FileLock
-from .project import Project, remember_last_project
-from .runner import LOCK_FD_ENV, acquire_run_lock, child_env, read_pid_file, write_pid_file
-from .stages import STAGE_NAMES, STAGES, StageSpec, stage_done
-from .dist import launcher_argv
-from .stages.base import EXIT_DONE, EXIT_STOPPED, PARENT_PID_ENV, RUN_ID_ENV
+from trainer_core.base.errors import AlreadyRunningError, TrainerError, UsageError
+from trainer_core.base.events import EventWriter, make_event, parse_event
+from trainer_core.base.locks import FileLock
+from trainer_core.project import Project, remember_last_project
+from trainer_core.runner import LOCK_FD_ENV, acquire_run_lock, child_env, read_pid_file, write_pid_file
+from trainer_core.stages import STAGE_NAMES, STAGES, StageSpec, stage_done
+from trainer_core.contract.dist import launcher_argv
+from trainer_core.stages.base import EXIT_DONE, EXIT_STOPPED, PARENT_PID_ENV, RUN_ID_ENV
 
 __all__ = ["Driver", "run_pipeline", "main", "check_only"]
 
@@ -190,7 +190,7 @@ class Driver:
             return "failed", message
         argv = [sys.executable, "-m", spec.module, "--project", str(self.project.root), *spec.args]
         processes = self._processes(spec.name)
-        if processes > 1:             # torchrun starts the ranks (see trainer_core.dist)
+        if processes > 1:             # torchrun starts the ranks (see trainer_core.contract.dist)
             argv = launcher_argv(spec.module, processes, argv[3:])
         env = child_env({RUN_ID_ENV: self.run_id, PARENT_PID_ENV: str(os.getpid()),
                          LOCK_FD_ENV: str(self.lock.fd)})

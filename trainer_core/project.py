@@ -14,16 +14,34 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_write_json, read_json
-from .config import Settings, apply_assignments, default_settings_dict, settings_from_dict
-from .errors import ConfigError, NoProjectError, ProjectExistsError
-from .locks import FileLock
-from .packs import TrainerPack, get_pack
+from trainer_core.base.atomic import atomic_write_json, read_json
+from trainer_core.base import config
+from trainer_core.base.config import Settings
+from trainer_core.base.errors import ConfigError, NoProjectError, ProjectExistsError
+from trainer_core.base.locks import FileLock
+from trainer_core.packs import DEFAULT_PACK, PACKS, TrainerPack, get_pack
 
 __all__ = [
     "Project", "user_dir", "default_projects_root", "remember_last_project", "last_project",
-    "new_state", "folder_is_project",
+    "new_state", "folder_is_project", "default_settings_dict", "settings_from_dict", "apply_assignments",
 ]
+
+
+# ---------------------------------------------------------------- settings with the pack's overlay
+
+def default_settings_dict(pack_id: str = DEFAULT_PACK) -> dict:
+    """Built-in defaults with the pack's overlay: what a new project of that pack starts from."""
+    return config.default_settings_dict(get_pack(pack_id))
+
+
+def settings_from_dict(raw: Any) -> Settings:
+    """Validate a project.json object (merged over the defaults of its pack) into Settings."""
+    return config.settings_from_dict(raw, PACKS, DEFAULT_PACK)
+
+
+def apply_assignments(raw: dict, assignments: list[str]) -> tuple[dict, Settings]:
+    """`key=value` assignments over `raw`, validated with the pack's overlay (see config)."""
+    return config.apply_assignments(raw, assignments, PACKS, DEFAULT_PACK)
 
 PROJECT_FILE = "project.json"
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .errors import AlreadyRunningError, UsageError
-from .locks import FileLock
-from .project import Project, new_state
+from trainer_core.base.errors import AlreadyRunningError, UsageError
+from trainer_core.base.locks import FileLock
+from trainer_core.project import Project, new_state
 
 __all__ = ["planned_deletions", "RESETS", "reset"]
 
@@ -52,7 +52,7 @@ def reset(project: Project, what: str) -> list[Path]:
     """Delete what `what` names; returns the paths removed."""
     if what not in RESETS:
         raise UsageError(f'"{what}" is not a reset; choose one of: {", ".join(RESETS)}.')
-    from .snapshot import job_status
+    from trainer_core.snapshot import job_status
     if job_status(project).get("status") == "running":
         raise AlreadyRunningError("A snapshot job is running; wait for it to finish before resetting.")
     lock = FileLock(project.run_lock)

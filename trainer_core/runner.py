@@ -24,10 +24,11 @@ from typing import Any, Iterable
 
 import psutil
 
-from .atomic import atomic_write_json, atomic_write_text, read_json
-from .errors import AlreadyRunningError
-from .locks import FileLock
-from .project import Project
+from trainer_core.base.atomic import atomic_write_json, atomic_write_text, read_json
+from trainer_core.base.errors import AlreadyRunningError
+from trainer_core.base.locks import FileLock
+from trainer_core.base.procs import LOCK_FD_ENV, pid_alive, read_pid_file, write_pid_file
+from trainer_core.project import Project
 
 __all__ = [
     "LOCK_FD_ENV", "write_pid_file", "read_pid_file", "pid_alive", "launch_detached",
@@ -35,49 +36,7 @@ __all__ = [
     "request_stop", "kill_pipeline", "child_env", "wait_gone",
 ]
 
-LOCK_FD_ENV = "GGUF_TRAINER_LOCK_FD"
-MARKERS = ("trainer_core", "gguf-trainer", "gguf_trainer")
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
-
-
-# ------------------------------------------------------------------ pid files
-
-def write_pid_file(path: Path, pid: int) -> None:
-    try:
-        proc = psutil.Process(pid)
-        record = {"pid": pid, "create_time": proc.create_time(), "argv": proc.cmdline()}
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        record = {"pid": pid, "create_time": None, "argv": []}
-    atomic_write_json(path, record)
-
-
-def read_pid_file(path: Path) -> dict[str, Any] | None:
-    record = read_json(path)
-    if isinstance(record, dict) and isinstance(record.get("pid"), int):
-        return record
-    return None
-
-
-def pid_alive(record: dict[str, Any] | None) -> bool:
-    """True while the recorded process runs: same pid, same start time, one of our markers."""
-    if not record:
-        return False
-    try:
-        proc = psutil.Process(record["pid"])
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        created = record.get("create_time")
-        if created is not None and abs(proc.create_time() - float(created)) > 1.0:
-            return False
-        try:
-            cmdline = " ".join(proc.cmdline())
-        except psutil.AccessDenied:
-            return True
-        return any(m in cmdline for m in MARKERS)
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except psutil.AccessDenied:
-        return True
 
 
 # ------------------------------------------------------------------ launching

@@ -19,12 +19,12 @@ import time
 import traceback
 from typing import Any, Callable
 
-from .atomic import atomic_write_json, read_json
-from .errors import TrainerError
-from .export import checkpoint_path, export_checkpoint, load_checkpoint
-from .locks import FileLock
-from .project import Project
-from .runner import pid_alive, read_pid_file, runtime_status
+from trainer_core.base.atomic import atomic_write_json, read_json
+from trainer_core.base.errors import TrainerError
+from trainer_core.contract.adapter_export import checkpoint_path, export_checkpoint, load_checkpoint
+from trainer_core.base.locks import FileLock
+from trainer_core.project import Project
+from trainer_core.runner import pid_alive, read_pid_file, runtime_status
 
 __all__ = ["take_snapshot", "read_manifest", "job_status", "start_job", "main", "STATUS_FILE", "PID_FILE", "LOG_FILE"]
 
@@ -93,8 +93,8 @@ def take_snapshot(project: Project, checkpoint: str = "last", fresh: bool = True
     if evaluate:
         import torch
 
-        from .devices import pick_device
-        from .stages.evaluate import evaluate_gguf
+        from trainer_core.contract.devices import pick_device
+        from trainer_core.stages.evaluate import evaluate_gguf
         where = torch.device(device) if device else (torch.device("cpu") if while_training
                                                      else pick_device(project.settings.train.device))
         say(f"evaluating {out.name} on {where}")
@@ -117,8 +117,8 @@ def start_job(project: Project, checkpoint: str = "last", evaluate: bool = False
     """Launch the snapshot job detached (`.snapshot.status` tells its phase); refused while one runs."""
     import sys as _sys
 
-    from .errors import AlreadyRunningError
-    from .runner import child_env, launch_detached
+    from trainer_core.base.errors import AlreadyRunningError
+    from trainer_core.runner import child_env, launch_detached
     if job_status(project).get("status") == "running":
         raise AlreadyRunningError("A snapshot export is already running; wait for it to finish.")
     argv = [_sys.executable, "-m", "trainer_core.snapshot", "--project", str(project.root),

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .atomic import read_json
-from .materials import all_statuses
-from .project import Project
-from .runner import runtime_status
-from .snapshot import job_status, read_manifest
-from .stages import STAGES, stage_done
-from .stages.export import ggk_command
+from trainer_core.base.atomic import read_json
+from trainer_core.materials import all_statuses
+from trainer_core.project import Project
+from trainer_core.runner import runtime_status
+from trainer_core.snapshot import job_status, read_manifest
+from trainer_core.stages import STAGES, stage_done
+from trainer_core.stages.export import ggk_command
 
 __all__ = ["status_report", "STAGE_DETAILS", "output_files", "kept_steps"]
 
@@ -29,7 +29,7 @@ def output_files(project: Project) -> list[dict[str, Any]]:
             st = path.stat()
             files.append({"name": path.name, "path": str(path), "size": st.st_size, "mtime": st.st_mtime})
     if project.pack.id == "llada_image":
-        from .sigvq import sigvq_path
+        from trainer_core.packs.llada_image.sigvq import sigvq_path
         extra = sigvq_path(project)
         if extra.is_file():
             st = extra.stat()

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import TrainerError
-from .events import EventTailer
-from .hardware import ProcessWatch, disk_free_gib, machine_reading
-from .project import Project
-from .runner import kill_pipeline, request_stop, runtime_status, start_pipeline
-from .status import status_report
+from trainer_core.base.errors import TrainerError
+from trainer_core.base.events import EventTailer
+from trainer_core.base.hardware import ProcessWatch, disk_free_gib, machine_reading
+from trainer_core.project import Project
+from trainer_core.runner import kill_pipeline, request_stop, runtime_status, start_pipeline
+from trainer_core.status import status_report
 
 __all__ = ["Supervisor", "LiveView", "downsample", "merge_progress", "LOG_FIRST_READ", "LOG_KEEP"]
 

@@ -22,9 +22,9 @@ from trainer_core import __version__
 from trainer_core.project import default_projects_root, user_dir
 from trainer_core.supervisor import Supervisor
 
-from . import hardware_tab, logs_tab, output_tab, setup_tab, train_tab
-from .context import Ctx
-from .paths import PathPolicy
+from ui import hardware_tab, logs_tab, output_tab, setup_tab, train_tab
+from ui.context import Ctx
+from ui.paths import PathPolicy
 
 __all__ = ["build_app", "make_context", "launch_policy", "LaunchRefused", "main", "serve"]
 

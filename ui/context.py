@@ -7,7 +7,7 @@ from pathlib import Path
 
 from trainer_core.supervisor import Supervisor
 
-from .paths import PathPolicy
+from ui.paths import PathPolicy
 
 __all__ = ["Ctx"]
 

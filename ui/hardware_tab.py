@@ -7,9 +7,9 @@ from typing import Any
 
 import gradio as gr
 
-from trainer_core.hardware import environment, machine_reading, torch_devices
+from trainer_core.base.hardware import environment, machine_reading, torch_devices
 
-from .context import Ctx
+from ui.context import Ctx
 
 __all__ = ["build", "hardware_report"]
 

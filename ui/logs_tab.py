@@ -6,7 +6,7 @@ from typing import Any
 
 import gradio as gr
 
-from .context import Ctx
+from ui.context import Ctx
 
 __all__ = ["build", "log_tick"]
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import gradio as gr
 
-from trainer_core.errors import TrainerError
+from trainer_core.base.errors import TrainerError
 from trainer_core.materials import MaterialStatus, adopt_existing, all_statuses, start_job, wanted
 from trainer_core.project import Project
 
-from .common import banner, fmt_size
+from ui.common import banner, fmt_size
 
 __all__ = ["COLUMNS", "rows", "table_updates", "refresh", "download_one", "download_missing"]
 

@@ -10,14 +10,14 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from trainer_core.errors import TrainerError
+from trainer_core.base.errors import TrainerError
 from trainer_core.project import Project
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import job_status
 
-from .common import banner, fmt_num, fmt_size
-from .context import Ctx
-from .train_tab import request_snapshot
+from ui.common import banner, fmt_num, fmt_size
+from ui.context import Ctx
+from ui.train_tab import request_snapshot
 
 __all__ = ["build", "output_tick", "export_again", "delete_kept_step", "quality_frame"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from trainer_core.config import SECTIONS, ConfigError, Settings
+from trainer_core.base.config import SECTIONS, ConfigError, Settings
 from trainer_core.project import Project
 
 __all__ = ["FormField", "FIELDS", "build_fields", "form_values", "form_assignments", "problem_updates",

@@ -7,20 +7,20 @@ from typing import Any
 
 import gradio as gr
 
-from trainer_core.config import ConfigError
-from trainer_core.demo import DEMO_PACKS
+from trainer_core.base.config import ConfigError
+from trainer_core.demo.build import DEMO_PACKS
 from trainer_core.materials import MaterialStatus, all_statuses
-from trainer_core.errors import TrainerError
+from trainer_core.base.errors import TrainerError
 from trainer_core.packs import PACKS, get_pack
 from trainer_core.project import Project, folder_is_project, last_project, remember_last_project
 from trainer_core.runner import runtime_status
-from trainer_core.shards import shard_files
+from trainer_core.contract.shards import shard_files
 
-from . import materials_panel
-from .common import banner, fmt_size
-from .context import Ctx
-from .paths import PathRefused
-from .settings_form import FIELDS, build_fields, form_assignments, form_values, problem_updates, visibility_updates
+from ui import materials_panel
+from ui.common import banner, fmt_size
+from ui.context import Ctx
+from ui.paths import PathRefused
+from ui.settings_form import FIELDS, build_fields, form_assignments, form_values, problem_updates, visibility_updates
 
 __all__ = ["build", "open_project", "create_project", "save_settings", "start_run", "run_demo", "missing_required",
            "disk_estimate", "start_label", "browse", "ProjectView"]
@@ -46,7 +46,7 @@ def disk_estimate(project: Project) -> str:
         else c.n_train + c.n_val
     files = shard_files(project, "train") + shard_files(project, "val")
     if files:
-        from trainer_core.shards import Shard
+        from trainer_core.contract.shards import Shard
         done = sum(len(Shard(f)) for f in files)
         per = sum(f.stat().st_size for f in files) / max(done, 1)
         how = f"measured on {done} samples"
@@ -225,7 +225,7 @@ def start_run(ctx: Ctx, project_path: str | None, anyway: bool = False) -> tuple
 
 def run_demo(ctx: Ctx, pack_id: str = "t5xxl_pixart") -> tuple:
     """Build the pack's demo project (once) under the demo folder and start it."""
-    from trainer_core.demo import build_demo
+    from trainer_core.demo.build import build_demo
     try:
         root = ctx.demo_root / get_pack(pack_id).default_folder
         project = Project.open(root) if folder_is_project(root) else build_demo(root, pack_id)

@@ -11,15 +11,15 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from trainer_core.atomic import read_json
-from trainer_core.errors import TrainerError
+from trainer_core.base.atomic import read_json
+from trainer_core.base.errors import TrainerError
 from trainer_core.project import Project
 from trainer_core.resets import RESETS, planned_deletions, reset
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import start_job
 
-from .common import banner, fmt_duration, fmt_num, stage_strip_html
-from .context import Ctx
+from ui.common import banner, fmt_duration, fmt_num, stage_strip_html
+from ui.context import Ctx
 
 __all__ = ["build", "train_tick", "apply_steps", "stop_run", "request_snapshot", "preview_reset", "confirm_reset",
            "chart_frame", "metrics_html", "hardware_html"]
@@ -248,7 +248,7 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
 
 def _start(ctx: Ctx):
     def start(project_path: str | None) -> str:
-        from .setup_tab import start_run
+        from ui.setup_tab import start_run
         message, _ = start_run(ctx, project_path, anyway=True)
         return message
     return start

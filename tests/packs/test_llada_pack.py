@@ -9,16 +9,16 @@ import pytest
 import torch
 
 from conftest import cli, copy_project, demo_with_corpus
-from trainer_core.errors import ModelFileError
-from trainer_core.events import ListReport
-from trainer_core.export import checkpoint_model, load_checkpoint
-from trainer_core.gguf_io import read_adapter_gguf
+from trainer_core.base.errors import ModelFileError
+from trainer_core.base.events import ListReport
+from trainer_core.contract.adapter_export import checkpoint_model, load_checkpoint
+from trainer_core.contract.gguf_io import read_adapter_gguf
 from trainer_core.inspect_file import describe_gguf
-from trainer_core.packs.llada_teacher import LLaDATeacher
+from trainer_core.packs.llada_image.teacher import LLaDATeacher
 from trainer_core.project import Project
-from trainer_core.shards import Shard, shard_files
+from trainer_core.contract.shards import Shard, shard_files
 from trainer_core.stages import precompute, stage_done
-from trainer_core.tiny import write_tiny_llada
+from trainer_core.packs.llada_image.tiny import write_tiny_llada
 
 NQ, PROJ = 256, 48
 

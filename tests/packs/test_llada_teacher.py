@@ -12,13 +12,13 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from trainer_core.errors import ModelFileError, UsageError
+from trainer_core.base.errors import ModelFileError, UsageError
 from trainer_core.packs.llada_image import PACK
-from trainer_core.packs.llada_teacher import (WEIGHTS_FILE, LLaDATeacher, MockLLaDATeacher, build_masks,
+from trainer_core.packs.llada_image.teacher import (WEIGHTS_FILE, LLaDATeacher, MockLLaDATeacher, build_masks,
                                               load_queryformer, load_text_projection, placement_plan, placement_summary,
                                               sequential_device_map, teacher_dims)
 from trainer_core.packs.rope_guard import RopeError, default_rope_init, table_problem
-from trainer_core.tiny import write_tiny_llada
+from trainer_core.packs.llada_image.tiny import write_tiny_llada
 
 NQ, PROJ, HIDDEN = 256, 48, 32
 PROMPTS = [PACK.format_prompt(t) for t in

@@ -10,16 +10,16 @@ import pytest
 import torch
 
 from conftest import cli, trained_demo
-from trainer_core.events import ListReport
-from trainer_core.gguf_io import read_gguf_tensors
+from trainer_core.base.events import ListReport
+from trainer_core.contract.gguf_io import read_gguf_tensors
 from trainer_core.inspect_file import describe_gguf
-from trainer_core.packs.qwen3vl_teacher import (MockVisionTeacher, Qwen3VLTeacher, auto_budgets, image_batches,
+from trainer_core.packs.qwen3vl.teacher import (MockVisionTeacher, Qwen3VLTeacher, auto_budgets, image_batches,
                                                 resolve_mode)
 from trainer_core.project import Project
-from trainer_core.shards import Shard, shard_files
-from trainer_core.stream import val_batches
-from trainer_core.tiny import write_tiny_qwen3vl
-from trainer_core.vision_data import IMAGE_PAD, build_sample, patchify, preprocess
+from trainer_core.contract.shards import Shard, shard_files
+from trainer_core.contract.stream import val_batches
+from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl
+from trainer_core.packs.qwen3vl.vision_data import IMAGE_PAD, build_sample, patchify, preprocess
 
 
 @pytest.fixture(scope="module")
@@ -188,8 +188,8 @@ def test_the_demo_exports_an_engine_valid_token_aligned_gguf_with_cos_slice(demo
 def test_precompute_reuses_vision_proj_and_refuses_a_mismatched_teacher_tokenizer(demo, tmp_path):
     from tokenizers import Tokenizer
 
-    from trainer_core.errors import ModelFileError
-    from trainer_core.student import load_student
+    from trainer_core.base.errors import ModelFileError
+    from trainer_core.contract.student import load_student
     root = tmp_path / "copy"
     shutil.copytree(demo.root, root)
     project = Project.open(root)

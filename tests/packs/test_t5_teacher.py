@@ -1,4 +1,4 @@
-"""The PixArt teacher on a tiny real T5 encoder (written by trainer_core.tiny) and the mock.
+"""The PixArt teacher on a tiny real T5 encoder (written by trainer_core.demo.fixtures) and the mock.
 
 Expected windows come from sentencepiece itself (pieces + EOS, pad 0 to 120), not from the
 code under test; expected rows come from the HF model run over the full 120-slot window.
@@ -14,12 +14,12 @@ import pytest
 import sentencepiece as spm
 import torch
 
-from trainer_core.errors import ModelFileError, UsageError
-from trainer_core.packs.t5_teacher import (
+from trainer_core.base.errors import ModelFileError, UsageError
+from trainer_core.packs.t5xxl_pixart.teacher import (
     T5_EOS, T5_PAD, T5_WINDOW, MockT5Teacher, T5Teacher, auto_budgets, greedy_batches,
     load_t5_tokenizer, resolve_teacher_mode, seed_windows, teacher_weights_gib,
 )
-from trainer_core.tiny import T5_EXTRA_IDS, write_tiny_t5
+from trainer_core.packs.t5xxl_pixart.tiny import T5_EXTRA_IDS, write_tiny_t5
 
 WORDS = ("cat dog sheep sunglasses portrait lady castle forest neon city night sunset river mountain "
          "cyberpunk watercolor oil painting glass bridge storm lantern desert robot close-up young "

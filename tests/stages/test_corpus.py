@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from conftest import write_prompts
-from trainer_core.errors import CorpusError
-from trainer_core.events import ListReport
+from trainer_core.base.errors import CorpusError
+from trainer_core.base.events import ListReport
 from trainer_core.project import Project
 from trainer_core.stages import corpus
-from trainer_core.stages.corpus import read_corpus, read_prompt_file, run, write_corpus
+from trainer_core.contract.corpus_files import read_corpus, write_corpus
+from trainer_core.stages.corpus import read_prompt_file, run
 
 
 # ---------------------------------------------------------------- helpers

@@ -11,10 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainer_core.errors import AlreadyRunningError
-from trainer_core.events import EventTailer
-from trainer_core.gguf_io import read_gguf_kvs
-from trainer_core.locks import FileLock
+from trainer_core.base.errors import AlreadyRunningError
+from trainer_core.base.events import EventTailer
+from trainer_core.contract.gguf_io import read_gguf_kvs
+from trainer_core.base.locks import FileLock
 from trainer_core.project import Project
 from trainer_core.resets import reset
 from trainer_core.runner import wait_gone

@@ -21,13 +21,13 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from trainer_core.errors import CorpusError, UsageError
-from trainer_core.events import ListReport
-from trainer_core.image_corpus import (
+from trainer_core.base.errors import CorpusError, UsageError
+from trainer_core.base.events import ListReport
+from trainer_core.contract.image_corpus import (
     ADD_THINGS, BACKGROUNDS, COLORS, STYLES, ImageEntry, caption_categories, clean, image_names, make_instruction,
     plan_corpus, subject_from_caption, two_image_instruction,
 )
-from trainer_core.image_sources import CocoSource, FlickrSource, FolderSource
+from trainer_core.contract.image_sources import CocoSource, FlickrSource, FolderSource
 from trainer_core.project import Project
 from trainer_core.stages.corpus import run
 
@@ -430,7 +430,7 @@ def test_a_rerun_keeps_existing_copies(tmp_path, inputs):
 
 
 def test_plan_drops_an_undecodable_image_and_draws_the_next():
-    from trainer_core.config import CorpusSettings
+    from trainer_core.base.config import CorpusSettings
     entries = [ImageEntry("s", f"{i}.png", (f"a dog number {i}",)) for i in range(20)]
     c = CorpusSettings(n_image=30, n_two=5, n_text=3, n_val_image=4, n_val_text=2, seed=8)
     texts = [f"text {i}" for i in range(12)]

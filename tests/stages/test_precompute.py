@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from conftest import REPO, copy_project, demo_with_corpus
-from trainer_core.demo import build_demo
-from trainer_core.errors import TrainerError
-from trainer_core.events import ListReport, parse_event
+from trainer_core.demo.build import build_demo
+from trainer_core.base.errors import TrainerError
+from trainer_core.base.events import ListReport, parse_event
 from trainer_core.project import Project
-from trainer_core.shards import Shard, load_stats, shard_files, valid_shards
+from trainer_core.contract.shards import Shard, load_stats, shard_files, valid_shards
 from trainer_core.stages import corpus, precompute, stage_done
 
 
@@ -42,8 +42,8 @@ def shard_bytes(project: Project, split: str) -> dict[str, bytes]:
 
 
 def test_shard_content_is_the_contract(demo):
-    from trainer_core.packs.t5_teacher import T5Teacher
-    from trainer_core.student import load_student
+    from trainer_core.packs.t5xxl_pixart.teacher import T5Teacher
+    from trainer_core.contract.student import load_student
     report = ListReport()
     assert precompute.run(demo, report, split="val") == "done"
     (path,) = shard_files(demo, "val")
@@ -279,7 +279,7 @@ def test_llada_precompute_on_the_mock_teacher(demo_template, tmp_path):
     assert shard["t_pack"].shape == (10 * NUM_QUERIES, OUT_DIM) and shard["t_len"].tolist() == [NUM_QUERIES] * 10
     teacher_lens = [len(project.pack.format_prompt(p)) // 4 + 1 for p in shard.prompts]   # the mock's lengths
     assert teacher_lens == sorted(teacher_lens)                  # the shard keeps the teacher batching order
-    from trainer_core.student import load_student
+    from trainer_core.contract.student import load_student
     student = load_student(materials / "pig_clip-demo-f16.gguf", materials / "pig-clip-tokenizer")
     for prompt, n in zip(shard.prompts, shard["len"].tolist()):
         text = EMPTY if not prompt else f"<role>HUMAN</role> Generate an image: {prompt}\n<role>ASSISTANT</role>\n<IMAGE1>"

@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from conftest import REPO
-from trainer_core.demo import build_demo
-from trainer_core.errors import TrainerError
-from trainer_core.events import ListReport, parse_event
-from trainer_core.losses import row_cos
+from trainer_core.demo.build import build_demo
+from trainer_core.base.errors import TrainerError
+from trainer_core.base.events import ListReport, parse_event
+from trainer_core.contract.losses import row_cos
 from trainer_core.project import Project
-from trainer_core.schedule import lr_at
-from trainer_core.shards import load_stats, valid_shards
+from trainer_core.contract.schedule import lr_at
+from trainer_core.contract.shards import load_stats, valid_shards
 from trainer_core.stages import corpus, precompute, stage_done, train
-from trainer_core.stream import val_batches
+from trainer_core.contract.stream import val_batches
 
 STEPS = 120  # log 10, val 50, save 50 (demo settings) → saves at 50, 100, 120
 
@@ -224,8 +224,8 @@ def test_kept_steps_on_a_schedule_with_a_keep_limit(demo):
 
 def test_token_budget_micro_batches_give_the_same_step(demo):
     """Chunks weighted by their share of supervised rows reproduce the whole batch's gradient."""
-    from trainer_core.shards import shard_files
-    from trainer_core.stream import ShardStream
+    from trainer_core.contract.shards import shard_files
+    from trainer_core.contract.stream import ShardStream
     whole = train.Trainer(demo, ListReport())
     demo.update_settings(["train.batch_tokens=300"])
     chunked = train.Trainer(Project.open(demo.root), ListReport())

@@ -1,9 +1,10 @@
 """The pack registry. Packs are listed here explicitly, in the order the GUI shows them."""
 from __future__ import annotations
 
-from ..errors import UnknownPackError
-from . import llada_image, qwen3vl_mageflow, qwen3vl_qwenimage, t5xxl_pixart
-from .base import TrainerPack
+from trainer_core.base.config import Settings
+from trainer_core.base.errors import UnknownPackError
+from trainer_core.packs import llada_image, qwen3vl_mageflow, qwen3vl_qwenimage, t5xxl_pixart
+from trainer_core.packs.base import TrainerPack
 
 __all__ = ["PACKS", "DEFAULT_PACK", "get_pack", "TrainerPack"]
 
@@ -11,7 +12,7 @@ PACKS: dict[str, TrainerPack] = {
     p.id: p
     for p in (llada_image.PACK, qwen3vl_mageflow.PACK, qwen3vl_qwenimage.PACK, t5xxl_pixart.PACK)
 }
-DEFAULT_PACK = "llada_image"
+DEFAULT_PACK = Settings.pack   # the reference project.json's pack
 
 
 def get_pack(pack_id: str) -> TrainerPack:

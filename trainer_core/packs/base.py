@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..errors import StageNotAvailableError, UsageError
+from trainer_core.base.errors import StageNotAvailableError, UsageError
 
 if TYPE_CHECKING:  # the stages import torch; the registry stays light
-    from ..adapter import AdapterConfig
-    from ..project import Project
+    from trainer_core.contract.adapter import AdapterConfig
+    from trainer_core.project import Project
 
 __all__ = ["TrainerPack", "Material", "Budgets", "ADAPTER_KINDS", "CORPUS_KINDS", "STUDENT_MATERIALS",
            "IMAGE_PRESET_MATERIALS"]
@@ -194,7 +194,7 @@ class TrainerPack:
 
     def read_samples(self, project: "Project", path: Path) -> list[Any]:
         """The samples of a corpus file, as make_shard takes them (text packs: the prompts)."""
-        from ..stages.corpus import read_corpus
+        from trainer_core.contract.corpus_files import read_corpus
         return read_corpus(path)
 
     def prepare(self, project: "Project", student: Any, teacher: Any, report: Any) -> Any:

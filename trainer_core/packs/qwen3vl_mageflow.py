@@ -5,9 +5,9 @@ supervised, the 64 / 34-token templates of vision_data; the machinery is vision_
 """
 from __future__ import annotations
 
-from ..vision_data import EDIT_PREFIX, SUFFIX, T2I_PREFIX
-from .base import STUDENT_MATERIALS
-from .vision_pack import VisionPack, qwen3vl_teacher
+from trainer_core.packs.qwen3vl.vision_data import EDIT_PREFIX, SUFFIX, T2I_PREFIX
+from trainer_core.packs.base import STUDENT_MATERIALS
+from trainer_core.packs.qwen3vl.vision_pack import VisionPack, qwen3vl_teacher
 
 __all__ = ["PACK", "TEACHER", "EDIT_PREFIX", "T2I_PREFIX", "SUFFIX", "OUT_DIM", "VIS_DIM"]
 

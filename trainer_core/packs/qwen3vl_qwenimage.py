@@ -7,10 +7,10 @@ are stored, supervised and measured; references are rendered at an area drawn pe
 """
 from __future__ import annotations
 
-from ..qwenimage_data import SYSTEM, USER
-from ..vision_data import SUFFIX
-from .base import STUDENT_MATERIALS
-from .vision_pack import VisionPack, qwen3vl_teacher
+from trainer_core.packs.qwen3vl.qwenimage_data import SYSTEM, USER
+from trainer_core.packs.qwen3vl.vision_data import SUFFIX
+from trainer_core.packs.base import STUDENT_MATERIALS
+from trainer_core.packs.qwen3vl.vision_pack import VisionPack, qwen3vl_teacher
 
 __all__ = ["PACK", "TEACHER", "SYSTEM", "USER", "SUFFIX", "OUT_DIM", "VIS_DIM"]
 

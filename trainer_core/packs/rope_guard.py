@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ..errors import TrainerError
+from trainer_core.base.errors import TrainerError
 
 __all__ = ["ensure_default_rope", "default_rope_init", "rope_modules", "table_problem", "repair_rope_tables",
            "check_rope_tables", "RopeError"]

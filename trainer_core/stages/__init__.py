@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import read_json
-from ..project import Project
-from ..shards import expected_shards, valid_shards
+from trainer_core.base.atomic import read_json
+from trainer_core.project import Project
+from trainer_core.contract.shards import expected_shards, valid_shards
 
 __all__ = ["StageSpec", "STAGES", "STAGE_NAMES", "get_stage", "stage_done"]
 

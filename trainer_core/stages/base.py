@@ -21,12 +21,12 @@ import threading
 import traceback
 from typing import Callable
 
-from ..dist import current as current_rank
-from ..errors import TrainerError
-from ..events import Report, Reporter
-from ..locks import FileLock
-from ..project import Project
-from ..runner import LOCK_FD_ENV, write_pid_file
+from trainer_core.contract.dist import current as current_rank
+from trainer_core.base.errors import TrainerError
+from trainer_core.base.events import Report, Reporter
+from trainer_core.base.locks import FileLock
+from trainer_core.project import Project
+from trainer_core.base.procs import LOCK_FD_ENV, write_pid_file
 
 __all__ = ["EXIT_DONE", "EXIT_FAILED", "EXIT_STOPPED", "StopRequest", "stage_main", "never",
            "RUN_ID_ENV", "PARENT_PID_ENV"]

@@ -1,5 +1,5 @@
 """Corpus stage: prompt files → data/train.txt and data/val.txt (text packs); image packs build
-data/train.jsonl and data/val.jsonl in `trainer_core.image_corpus`, with these prompt sources as
+data/train.jsonl and data/val.jsonl in `trainer_core.contract.image_corpus`, with these prompt sources as
 their text-only share.
 
 Sources are read in order (Hub presets, then `corpus.extra_files`); every prompt is
@@ -22,35 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..atomic import atomic_write_text
-from ..errors import CorpusError
-from ..events import Report
-from ..image_corpus import build_image_corpus
-from ..project import Project
-from ..prompt_presets import PRESETS, read_preset
-from .base import never, stage_main
+from trainer_core.base.errors import CorpusError
+from trainer_core.base.events import Report
+from trainer_core.contract.corpus_files import read_corpus, write_corpus
+from trainer_core.contract.image_corpus import build_image_corpus
+from trainer_core.project import Project
+from trainer_core.contract.prompt_presets import PRESETS, read_preset
+from trainer_core.stages.base import never, stage_main
 
-__all__ = ["run", "prompt_sources", "read_prompt_file", "build_pool", "split_corpus", "read_corpus", "write_corpus"]
-
-
-def read_corpus(path: Path) -> list[str]:
-    """The prompts of a corpus file: one a line, an empty line being the empty prompt."""
-    text = path.read_bytes().decode("utf-8")  # no universal newlines: only "\n" ends a prompt
-    if not text:
-        return []
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
-
-
-def write_corpus(path: Path, prompts: list[str]) -> None:
-    """One prompt a line; line breaks inside a prompt become spaces."""
-    atomic_write_text(path, "".join(_one_line(p) + "\n" for p in prompts))
-
-
-def _one_line(prompt: str) -> str:
-    return prompt.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+__all__ = ["run", "prompt_sources", "read_prompt_file", "build_pool", "split_corpus"]
 
 
 def read_prompt_file(path: Path, setting: str = "corpus.extra_files") -> Iterator[str]:

@@ -15,16 +15,16 @@ from typing import Any, Callable
 
 import torch
 
-from ..atomic import atomic_write_json
-from ..errors import TrainerError
-from ..events import Report
-from ..export import checkpoint_model, load_checkpoint
-from ..gguf_io import read_adapter_gguf
-from ..losses import ResamplerMetrics, SeededMetrics, TokenAlignedMetrics
-from ..project import Project
-from ..shards import valid_shards
-from ..stream import val_batches
-from .base import never, stage_main
+from trainer_core.base.atomic import atomic_write_json
+from trainer_core.base.errors import TrainerError
+from trainer_core.base.events import Report
+from trainer_core.contract.adapter_export import checkpoint_model, load_checkpoint
+from trainer_core.contract.gguf_io import read_adapter_gguf
+from trainer_core.contract.losses import ResamplerMetrics, SeededMetrics, TokenAlignedMetrics
+from trainer_core.project import Project
+from trainer_core.contract.shards import valid_shards
+from trainer_core.contract.stream import val_batches
+from trainer_core.stages.base import never, stage_main
 
 __all__ = ["run", "evaluate_gguf"]
 
@@ -68,7 +68,7 @@ def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torc
 
 
 def run(project: Project, report: Report, should_stop: Callable[[], bool] = never) -> str:
-    from ..devices import pick_device
+    from trainer_core.contract.devices import pick_device
     gguf = project.gguf_path()
     if not gguf.is_file():
         raise TrainerError(f"There is nothing to evaluate: {gguf} does not exist (run the export stage).")

@@ -9,11 +9,11 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from ..errors import TrainerError
-from ..events import Report
-from ..export import copy_export, export_checkpoint, load_checkpoint
-from ..project import Project
-from .base import never, stage_main
+from trainer_core.base.errors import TrainerError
+from trainer_core.base.events import Report
+from trainer_core.contract.adapter_export import copy_export, export_checkpoint, load_checkpoint
+from trainer_core.project import Project
+from trainer_core.stages.base import never, stage_main
 
 __all__ = ["run", "ggk_command"]
 
@@ -25,7 +25,7 @@ def ggk_command(project: Project) -> str:
     if student is not None:
         args = args.replace("pig_clip-q8_0.gguf", str(student))
     if "{sigvq}" in args:                      # LLaDA: the vision encoder exported beside the adapter
-        from ..sigvq import sigvq_path
+        from trainer_core.packs.llada_image.sigvq import sigvq_path
         args = args.replace("{sigvq}", str(sigvq_path(project)))
     return "ggk diffuser engine -- --diffusion-model MODEL.gguf --vae VAE.gguf " + args + ' -p "a prompt" -o out.png'
 
@@ -41,7 +41,7 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
         copy = copy_export(out, project.settings.export.copy_to)
         report("artifact", path=str(copy), kind="gguf_copy", size=copy.stat().st_size)
     if project.pack.id == "llada_image":
-        from ..sigvq import export_sigvq
+        from trainer_core.packs.llada_image.sigvq import export_sigvq
         sigvq, what = export_sigvq(project)
         if what == "written":
             report("artifact", path=str(sigvq), kind="sigvq_gguf", size=sigvq.stat().st_size)

@@ -18,15 +18,15 @@ import sys
 import time
 from typing import Any, Callable
 
-from ..atomic import atomic_write_text
-from ..dist import Rank, wait_for
-from ..dist import current as current_rank
-from ..errors import TrainerError
-from ..events import Report
-from ..project import Project
-from ..shards import (contract_for, expected_shards, mock_enabled, prepare_split, read_contract, remove_temps,
+from trainer_core.base.atomic import atomic_write_text
+from trainer_core.contract.dist import Rank, wait_for
+from trainer_core.contract.dist import current as current_rank
+from trainer_core.base.errors import TrainerError
+from trainer_core.base.events import Report
+from trainer_core.project import Project
+from trainer_core.contract.shards import (contract_for, expected_shards, mock_enabled, prepare_split, read_contract, remove_temps,
                       shard_files, shard_path, write_shard)
-from .base import never, stage_main
+from trainer_core.stages.base import never, stage_main
 
 __all__ = ["run", "load_models"]
 
@@ -35,8 +35,8 @@ def load_models(project: Project, report: Report) -> tuple[Any, Any, Any]:
     """(student, teacher, device), each loaded once for the stage."""
     pack, p = project.pack, project.settings.precompute
     gguf, snapshot = pack.require_material(project, "student"), pack.require_material(project, "student_tokenizer")
-    from ..dist import rank_device     # torch and transformers load only once the files are known
-    from ..student import load_student
+    from trainer_core.contract.dist import rank_device     # torch and transformers load only once the files are known
+    from trainer_core.contract.student import load_student
     device = rank_device(p.device, current_rank())
     dtype = p.student_dtype if device.type == "cuda" or p.student_dtype != "f16" else "f32"
     student = load_student(gguf, snapshot, device=device, dtype=dtype)

@@ -25,19 +25,18 @@ from typing import Any, Callable
 
 import torch
 
-from ..adapter import AdapterConfig, build_adapter, count_parameters
-from ..atomic import atomic_path, atomic_write_json, atomic_write_text
-from ..config import settings_from_dict
-from ..dist import close_group, init_group, rank_device
-from ..dist import current as current_rank
-from ..errors import TrainerError
-from ..events import Report
-from ..losses import distill_loss, rel_mse, row_cos, standardize
-from ..project import Project
-from ..schedule import lr_at
-from ..shards import Shard, load_stats, valid_shards
-from ..stream import Batch, ShardStream, StreamPosition, val_batches
-from .base import never, stage_main
+from trainer_core.contract.adapter import AdapterConfig, build_adapter, count_parameters
+from trainer_core.base.atomic import atomic_path, atomic_write_json, atomic_write_text
+from trainer_core.contract.dist import close_group, init_group, rank_device
+from trainer_core.contract.dist import current as current_rank
+from trainer_core.base.errors import TrainerError
+from trainer_core.base.events import Report
+from trainer_core.contract.losses import distill_loss, rel_mse, row_cos, standardize
+from trainer_core.project import Project, settings_from_dict
+from trainer_core.contract.schedule import lr_at
+from trainer_core.contract.shards import Shard, load_stats, valid_shards
+from trainer_core.contract.stream import Batch, ShardStream, StreamPosition, val_batches
+from trainer_core.stages.base import never, stage_main
 
 __all__ = ["run", "Trainer", "CHECKPOINT_FORMAT"]
 
@@ -65,7 +64,7 @@ class Trainer:
         torch.manual_seed(t.seed)
         model = build_adapter(self.config)
         if self.config.token_aligned and self.config.vis_dim:
-            from ..vision_proj import load_vision_proj
+            from trainer_core.packs.qwen3vl.vision_proj import load_vision_proj
             saved = load_vision_proj(project.root / "vision_proj.pt", in_dim, self.config.vis_dim)
             if saved is None:
                 raise TrainerError(f"{project.root / 'vision_proj.pt'} is missing or does not match this student and "
@@ -155,7 +154,7 @@ class Trainer:
         every = t.history_every or t.val_every
         if not forced and n % every:
             return
-        from ..gguf_io import gguf_dtype
+        from trainer_core.contract.gguf_io import gguf_dtype
         state = {k: (v.half() if gguf_dtype(k, v.ndim) == "f16" and not k.startswith("out_proj") else v.float())
                  for k, v in self.model.state_dict().items()}
         folder = self.ckpt / "history"

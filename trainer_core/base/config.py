@@ -1,0 +1,497 @@
+"""Typed project settings: one dataclass per `project.json` section, defaults, validation.
+
+Layers, bottom up: the built-in defaults below, the pack's `defaults` overlay (applied at
+creation and again at load, so a key added in a later version gets the pack's value), then
+the file. This module knows no pack registry: the caller hands it the packs (a mapping of id to
+anything with `id`, `defaults`, `default_name` and `corpus_kind`); `trainer_core.project` binds
+the registry and is what the rest of the code calls. Validation collects every problem before raising one `ConfigError`, each problem
+naming the key the user sees: `train.steps must be a positive whole number, got "abc"`.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable, Mapping, Protocol
+
+from trainer_core.base.errors import ConfigError
+
+__all__ = [
+    "CorpusSettings", "PrecomputeSettings", "TrainSettings", "ExportSettings",
+    "MaterialOverride", "Settings", "PROMPT_PRESETS", "IMAGE_PRESETS", "SECTIONS",
+    "parse_count", "default_settings_dict", "settings_from_dict", "deep_merge",
+    "apply_assignments", "parse_assignment", "PackInfo",
+]
+
+
+class PackInfo(Protocol):
+    """What the settings need of a pack (a TrainerPack has it)."""
+
+    id: str
+    defaults: Mapping[str, Any]
+    default_name: str
+    corpus_kind: str
+
+
+PROMPT_PRESETS = ("gustavosta", "midjourney", "diffusiondb", "vidprom")
+IMAGE_PRESETS = ("flickr30k", "coco_captions")
+
+# ---------------------------------------------------------------- value parsers
+# Each parser takes what the user wrote (a JSON value, or a string from the CLI / GUI) and
+# returns the typed value, or raises ValueError whose text completes "<key> ...".
+
+_COUNT_RE = re.compile(r"^[+-]?(\d{1,3}(,\d{3})+|\d+(_\d+)*)?(\.\d+)?([kKmM]?)$")
+
+
+def parse_count(value: Any, minimum: int = 1) -> int:
+    """A whole number written as `12000`, `12k`, `1.5k`, `12,000`, `12_000` or `12000.0`."""
+    what = "a positive whole number" if minimum == 1 else f"a whole number of at least {minimum}"
+    if isinstance(value, bool):
+        raise ValueError(f"must be {what}")
+    if isinstance(value, int):
+        number = Decimal(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"must be {what}")
+        number = Decimal(repr(value))
+    elif isinstance(value, str):
+        text = value.strip()
+        match = _COUNT_RE.match(text)
+        if not text or not match or not (match.group(1) or match.group(4)):
+            raise ValueError(f"must be {what}")
+        scale = {"": 1, "k": 1000, "m": 1_000_000}[match.group(5).lower()]
+        try:
+            number = Decimal(text[: len(text) - len(match.group(5))].replace(",", "").replace("_", ""))
+        except InvalidOperation:
+            raise ValueError(f"must be {what}") from None
+        number *= scale
+    else:
+        raise ValueError(f"must be {what}")
+    if number != number.to_integral_value() or number < minimum:
+        raise ValueError(f"must be {what}")
+    return int(number)
+
+
+def _count(minimum: int = 1, multiple_of: int = 1) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        n = parse_count(value, minimum)
+        if n % multiple_of:
+            raise ValueError(f"must be a multiple of {multiple_of}")
+        return n
+    return parse
+
+
+def _number(low: float = 0.0, high: float = math.inf, low_open: bool = False) -> Callable[[Any], float]:
+    if high == math.inf:
+        what = f"a number greater than {low:g}" if low_open else f"a number of at least {low:g}"
+    else:
+        what = f"a number from {low:g} to {high:g}"
+
+    def parse(value: Any) -> float:
+        if isinstance(value, bool):
+            raise ValueError(f"must be {what}")
+        try:
+            x = float(value.strip() if isinstance(value, str) else value)
+        except (TypeError, ValueError):
+            raise ValueError(f"must be {what}") from None
+        if not math.isfinite(x) or x < low or x > high or (low_open and x == low):
+            raise ValueError(f"must be {what}")
+        return x
+    return parse
+
+
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("false", "no", "off", "0"):
+        return False
+    raise ValueError("must be true or false")
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be text")
+    return value
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    quoted = ", ".join(f'"{o}"' for o in options)
+
+    def parse(value: Any) -> str:
+        if isinstance(value, str) and value.strip() in options:
+            return value.strip()
+        raise ValueError(f"must be one of {quoted}")
+    parse.options = options          # type: ignore[attr-defined]  # the GUI's drop-down
+    return parse
+
+
+def _device(value: Any) -> str:
+    if isinstance(value, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", value.strip()):
+        return value.strip()
+    raise ValueError('must be "auto", "cpu", "cuda" or "cuda:N"')
+
+
+def _as_list(value: Any) -> list:
+    """A JSON list, or a string holding a JSON list or comma-separated items."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            value = json.loads(text)
+        else:
+            return [item.strip() for item in text.split(",") if item.strip()]
+    if not isinstance(value, list):
+        raise ValueError
+    return value
+
+
+def _text_list(value: Any) -> list[str]:
+    try:
+        items = _as_list(value)
+    except ValueError:
+        raise ValueError("must be a list of paths") from None
+    if not all(isinstance(i, str) for i in items):
+        raise ValueError("must be a list of paths")
+    return items
+
+
+def _subset(*options: str) -> Callable[[Any], list[str]]:
+    quoted = ", ".join(f'"{o}"' for o in options)
+
+    def parse(value: Any) -> list[str]:
+        try:
+            items = _as_list(value)
+        except ValueError:
+            items = None
+        if items is None or not all(isinstance(i, str) and i in options for i in items):
+            raise ValueError(f"must be a list drawn from {quoted}")
+        return list(dict.fromkeys(items))
+    parse.options = options          # type: ignore[attr-defined]  # the GUI's check boxes
+    return parse
+
+
+def _area_weights(value: Any) -> list[list]:
+    what = "must be a list of [area_px, weight] pairs with positive areas and weights"
+    try:
+        items = _as_list(value)
+    except ValueError:
+        raise ValueError(what) from None
+    out = []
+    for item in items:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2):
+            raise ValueError(what)
+        try:
+            area, weight = parse_count(item[0]), _number(0.0, low_open=True)(item[1])
+        except ValueError:
+            raise ValueError(what) from None
+        out.append([area, weight])
+    if not out:
+        raise ValueError(what)
+    return out
+
+
+def _name(value: Any) -> str:
+    if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+        return value
+    raise ValueError('must be a file name made of letters, digits, ".", "_" and "-"')
+
+
+def _pack_id(packs: Mapping[str, PackInfo]) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if isinstance(value, str) and value in packs:
+            return value
+        raise ValueError("must be one of " + ", ".join(f'"{p}"' for p in packs))
+    return parse
+
+
+def _setting(default: Any, parse: Callable[[Any], Any], help: str = "") -> Any:
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default),
+                     metadata={"parse": parse, "help": help})
+    return field(default=default, metadata={"parse": parse, "help": help})
+
+
+# ---------------------------------------------------------------- sections
+
+@dataclass
+class CorpusSettings:
+    mode: str = _setting("presets", _choice("presets", "files"),
+                         "presets: public prompt datasets plus local files; files: your own train/val files")
+    presets: list = _setting(["gustavosta", "midjourney"], _subset(*PROMPT_PRESETS))
+    extra_files: list = _setting([], _text_list, "local .txt (one prompt a line) or .jsonl (a text field)")
+    train_file: str = _setting("", _text)
+    val_file: str = _setting("", _text)
+    n_train: int = _setting(60000, _count())
+    n_val: int = _setting(1024, _count())
+    empty_frac: float = _setting(0.01, _number(0.0, 0.5), "fraction of empty prompts injected")
+    min_chars: int = _setting(8, _count(0))
+    max_chars: int = _setting(1200, _count())
+    seed: int = _setting(8, _count(0))
+    image_presets: list = _setting([], _subset(*IMAGE_PRESETS))
+    image_folders: list = _setting([], _text_list)
+    n_image: int = _setting(56000, _count(0))
+    n_two: int = _setting(3000, _count(0))
+    n_text: int = _setting(27000, _count(0))
+    n_val_image: int = _setting(1024, _count(0))
+    n_val_text: int = _setting(512, _count(0))
+    ref_areas: list = _setting([[147456, 0.35], [262144, 0.35], [589824, 0.20], [1048576, 0.10]],
+                               _area_weights)
+    two_image_max_area: int = _setting(262144, _count())
+
+
+@dataclass
+class PrecomputeSettings:
+    device: str = _setting("auto", _device)
+    gpus: int = _setting(1, _count(1), "processes, one per GPU (torchrun); on a machine without CUDA, CPU "
+                                       "processes. Other machines sharing the project can add ranks by hand")
+    placement: str = _setting("sequential", _choice("sequential", "balanced"),
+                              "sequential: the chosen GPU, the other GPUs, then CPU RAM; balanced: an even "
+                              "split, about half the throughput")
+    shard_size: int = _setting(1024, _count())
+    val_shard_size: int = _setting(512, _count())
+    teacher_batch: int = _setting(24, _count(0), "0 = chosen for the card")
+    tok_budget: int = _setting(12288, _count(0), "0 = chosen for the card")
+    student_batch: int = _setting(64, _count(0), "0 = chosen for the card")
+    student_tok_budget: int = _setting(0, _count(0), "0 = chosen for the card")
+    vis_tok_budget: int = _setting(0, _count(0), "0 = chosen for the card")
+    teacher_mode: str = _setting("auto", _choice("auto", "gpu", "offload"))
+    gpu_mem_gib: float = _setting(0.0, _number(0.0), "0 = the card's total minus 1.5 GiB")
+    cpu_mem_gib: float = _setting(0.0, _number(0.0), "0 = available RAM minus 6 GiB (at least 4)")
+    student_dtype: str = _setting("bf16", _choice("bf16", "f16", "f32"))
+    mock_teacher: bool = _setting(False, _boolean, "synthetic targets: a smoke test, never a usable adapter")
+
+
+@dataclass
+class TrainSettings:
+    device: str = _setting("auto", _device)
+    gpus: int = _setting(1, _count(1), "DDP over this many processes (one per GPU); 1 trains in one process")
+    compile: str = _setting("auto", _choice("auto", "on", "off"),
+                            "torch.compile the training step (auto: on CUDA, where it measured +26–42 %)")
+    width: int = _setting(1024, _count(64, multiple_of=64), "a multiple of 64 (head_dim is 64)")
+    depth: int = _setting(6, _count())
+    steps: int = _setting(20000, _count(), "the planned step count; can change at any time")
+    batch_size: int = _setting(32, _count())
+    lr: float = _setting(2e-4, _number(0.0, low_open=True))
+    warmup: int = _setting(1000, _count(0))
+    weight_decay: float = _setting(0.01, _number(0.0))
+    grad_clip: float = _setting(1.0, _number(0.0), "0 = no clipping")
+    cos_weight: float = _setting(0.5, _number(0.0))
+    sigma_floor: float = _setting(0.03, _number(0.0))
+    grad_checkpoint: str = _setting("auto", _choice("auto", "on", "off"))
+    batch_tokens: int = _setting(0, _count(0), "micro-batch token budget; 0 = whole batch at once")
+    log_every: int = _setting(25, _count())
+    val_every: int = _setting(500, _count())
+    save_every: int = _setting(250, _count())
+    history: bool = _setting(False, _boolean, "keep weights-only copies of chosen steps")
+    history_every: int = _setting(500, _count(0))
+    history_from: int = _setting(0, _count(0))
+    history_to: int = _setting(0, _count(0))
+    history_keep: int = _setting(0, _count(0))
+    seed: int = _setting(42, _count(0))
+
+
+@dataclass
+class ExportSettings:
+    output_dir: str = _setting("", _text, "empty = the folder that holds the project folder")
+    copy_to: str = _setting("", _text, "optional second destination, e.g. your ggk model folder")
+    export_sigvq: bool = _setting(True, _boolean)
+    run_eval: bool = _setting(True, _boolean)
+
+
+@dataclass
+class MaterialOverride:
+    path: str = _setting("", _text)
+
+
+SECTIONS: dict[str, type] = {
+    "corpus": CorpusSettings,
+    "precompute": PrecomputeSettings,
+    "train": TrainSettings,
+    "export": ExportSettings,
+}
+_TOP_LEVEL = {"pack": _text, "name": _name, "auto_resume": _boolean, "hf_token": _text}
+
+
+@dataclass
+class Settings:
+    """The whole `project.json`."""
+
+    # the reference project.json's defaults; the pack registry takes its default pack from here
+    pack: str = "llada_image"
+    name: str = "pig_llada_adapter"
+    auto_resume: bool = True
+    hf_token: str = ""
+    materials: dict = field(default_factory=dict)   # material id -> MaterialOverride
+    corpus: CorpusSettings = field(default_factory=CorpusSettings)
+    precompute: PrecomputeSettings = field(default_factory=PrecomputeSettings)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    export: ExportSettings = field(default_factory=ExportSettings)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------- building and validating
+
+def deep_merge(base: dict, over: dict) -> dict:
+    """`over` on top of `base`; nested dicts merge, everything else is replaced."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def default_settings_dict(pack: PackInfo) -> dict:
+    """Built-in defaults with the pack's overlay: what a new project of that pack starts from."""
+    base = Settings().to_dict()
+    merged = deep_merge(base, dict(pack.defaults))
+    merged["pack"] = pack.id
+    merged["name"] = pack.default_name
+    return merged
+
+
+def _got(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _unknown(key: str, known: list[str]) -> str:
+    prefix, _, leaf = key.rpartition(".")
+    close = difflib.get_close_matches(leaf, known, n=1)
+    hint = f' (did you mean "{prefix + "." if prefix else ""}{close[0]}"?)' if close else ""
+    return f'"{key}" is not a setting{hint}'
+
+
+def _parse_section(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
+    if not isinstance(raw, dict):
+        problems.append(f"{prefix} must be a JSON object of settings, got {_got(raw)}")
+        return cls()
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in raw.items():
+        spec = fields.get(key)
+        if spec is None:
+            problems.append(_unknown(f"{prefix}.{key}", list(fields)))
+            continue
+        try:
+            values[key] = spec.metadata["parse"](value)
+        except ValueError as e:
+            problems.append(f"{prefix}.{key} {e}, got {_got(value)}")
+    return cls(**values)
+
+
+def _cross_checks(s: Settings, pack: PackInfo, problems: list[str]) -> None:
+    c = s.corpus
+    if c.min_chars > c.max_chars:
+        problems.append(f"corpus.min_chars ({c.min_chars}) must not exceed corpus.max_chars ({c.max_chars})")
+    if c.mode == "files" and pack.corpus_kind == "image":
+        problems.append('corpus.mode "files" is for text packs; image packs read data/train.jsonl and data/val.jsonl')
+    elif c.mode == "files" and not (c.train_file and c.val_file):
+        problems.append('corpus.mode "files" needs both corpus.train_file and corpus.val_file; set them '
+                        'together with the mode')
+
+
+def settings_from_dict(raw: Any, packs: Mapping[str, PackInfo], default_pack: str) -> Settings:
+    """Validate a project.json object (merged over the defaults of its pack) into Settings."""
+    if not isinstance(raw, dict):
+        raise ConfigError([f"project.json must hold a JSON object of settings, got {_got(raw)}"])
+    pack_id = raw.get("pack", default_pack)
+    pack = packs[pack_id] if isinstance(pack_id, str) and pack_id in packs else packs[default_pack]
+    merged = deep_merge(default_settings_dict(pack), raw)
+    parsers = {**_TOP_LEVEL, "pack": _pack_id(packs)}
+    problems: list[str] = []
+    top = {}
+    for key, value in merged.items():
+        if key in SECTIONS:
+            top[key] = _parse_section(SECTIONS[key], value, key, problems)
+        elif key == "materials":
+            top[key] = _parse_materials(value, problems)
+        elif key in parsers:
+            try:
+                top[key] = parsers[key](value)
+            except ValueError as e:
+                problems.append(f"{key} {e}, got {_got(value)}")
+        else:
+            problems.append(_unknown(key, [*SECTIONS, *_TOP_LEVEL, "materials"]))
+    settings = Settings(**top)
+    if not problems:
+        _cross_checks(settings, pack, problems)
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+def _parse_materials(raw: Any, problems: list[str]) -> dict:
+    if not isinstance(raw, dict):
+        problems.append(f"materials must be a JSON object of material ids, got {_got(raw)}")
+        return {}
+    out = {}
+    for mat_id, value in raw.items():
+        out[mat_id] = _parse_section(MaterialOverride, value, f"materials.{mat_id}", problems)
+    return out
+
+
+# ---------------------------------------------------------------- key=value assignments
+
+def parse_assignment(text: str) -> tuple[list[str], str]:
+    """`train.steps=12k` -> (["train", "steps"], "12k")."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError([f'"{text}" is not a setting assignment; write it as key=value, e.g. train.steps=12k'])
+    return key.split("."), value
+
+
+def apply_assignments(raw: dict, assignments: list[str], packs: Mapping[str, PackInfo], default_pack: str
+                      ) -> tuple[dict, Settings]:
+    """Set each `key=value` in a copy of `raw`, validate the result, return (dict, Settings).
+
+    Values arrive as text and are parsed by the setting's own parser, so `train.steps=12k`,
+    `export.run_eval=false` and `corpus.presets=gustavosta,vidprom` all work. Every problem
+    (unknown keys included) is reported at once.
+    """
+    out = copy.deepcopy(raw)
+    problems: list[str] = []
+    known_sections = {name: [f.name for f in dataclasses.fields(cls)] for name, cls in SECTIONS.items()}
+    for text in assignments:
+        try:
+            path, value = parse_assignment(text)
+        except ConfigError as e:
+            problems.extend(e.problems)
+            continue
+        key = ".".join(path)
+        if len(path) == 1 and path[0] in _TOP_LEVEL:
+            out[path[0]] = value
+        elif len(path) == 2 and path[0] in known_sections and path[1] in known_sections[path[0]]:
+            section = out.setdefault(path[0], {})
+            if not isinstance(section, dict):
+                section = out[path[0]] = {}
+            section[path[1]] = value
+        elif len(path) == 3 and path[0] == "materials" and path[2] == "path":
+            out.setdefault("materials", {}).setdefault(path[1], {})["path"] = value
+        elif len(path) == 1 and path[0] in known_sections:
+            problems.append(f'"{key}" is a group of settings; set one of them, e.g. '
+                            f'{key}.{known_sections[key][0]}=...')
+        elif len(path) == 2 and path[0] in known_sections:
+            problems.append(_unknown(key, known_sections[path[0]]))
+        else:
+            problems.append(_unknown(key, [*known_sections, *_TOP_LEVEL]))
+    try:
+        settings = settings_from_dict(out, packs, default_pack)
+    except ConfigError as e:
+        problems.extend(e.problems)
+    if problems:
+        raise ConfigError(problems)
+    return out, settings

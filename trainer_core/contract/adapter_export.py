@@ -1,0 +1,82 @@
+"""Checkpoint → adapter GGUF, with the provenance of the checkpoint and the pack's KVs.
+
+Used by the export stage (best.pt → <name>-f16.gguf), by snapshots (last / best / a kept step
+→ <name>-step<N>-f16.gguf) and by the evaluation (the checkpoint's own output, for the
+round trip). The same checkpoint always gives the same bytes.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainer_core.base.atomic import atomic_path
+from trainer_core.base.errors import TrainerError
+
+if TYPE_CHECKING:  # torch loads only when a checkpoint is really read: the CLI stays fast
+    from trainer_core.project import Project
+    import torch
+
+    from trainer_core.contract.adapter import AdapterConfig
+
+__all__ = ["load_checkpoint", "checkpoint_model", "export_checkpoint", "copy_export", "checkpoint_path"]
+
+
+def checkpoint_path(project: Project, which: str) -> Path:
+    """`last`, `best` or `step<N>` (a kept step) → its file."""
+    if which in ("last", "best"):
+        return project.checkpoints_dir / f"{which}.pt"
+    if which.startswith("step") and which[4:].isdigit():
+        return project.checkpoints_dir / "history" / f"{which}.pt"
+    raise TrainerError(f'"{which}" is not a checkpoint; use last, best or step<N> (a kept step).')
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    import torch
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except FileNotFoundError:
+        raise TrainerError(f"{path} does not exist: the train stage has not saved it yet.") from None
+    except Exception as e:
+        raise TrainerError(f"{path} cannot be read ({type(e).__name__}: {e}); it may be damaged — "
+                           f"train again from the other checkpoint.") from None
+
+
+def checkpoint_model(ck: dict[str, Any]) -> tuple["AdapterConfig", "torch.nn.Module"]:
+    from trainer_core.contract.adapter import AdapterConfig, build_adapter
+    config = AdapterConfig.from_dict(ck["config"])
+    model = build_adapter(config)
+    model.load_state_dict({k: v.float() for k, v in ck["model"].items()})
+    return config, model.eval()
+
+
+def export_checkpoint(project: Project, ck: dict[str, Any], out: Path, checkpoint: str, snapshot: bool) -> Path:
+    """Write the checkpoint as the engine's adapter GGUF (atomic, read back before the rename)."""
+    from trainer_core.contract.gguf_io import Provenance, write_adapter_gguf
+    config, model = checkpoint_model(ck)
+    pack = project.pack
+    val = ck.get("val") or {}
+    val_cos = val.get("val_cos")
+    best = ck.get("best_val_cos")
+    provenance = Provenance(
+        trained_steps=int(ck["step"]), planned_steps=int((ck.get("train_config") or {}).get("steps", ck["step"])),
+        checkpoint=checkpoint, snapshot=snapshot,
+        val_cos=float(val_cos) if val_cos is not None else None,
+        best_val_cos=float(best) if best is not None and math.isfinite(best) and best > -1 else None)
+    pack_kvs = dict(pack.export_kvs)
+    if config.kind == "seeded_resampler":
+        pack_kvs["adapter.t5_vocab"] = config.seed_vocab   # the real table's size, not the reference one
+    fold = {"mu": ck["mu"].float(), "sigma": ck["sigma"].float()} if config.standardized else {}
+    return write_adapter_gguf(out, model, config, name=project.settings.name, pack=pack.id,
+                              provenance=provenance, pack_kvs=pack_kvs, **fold)
+
+
+def copy_export(src: Path, folder: str) -> Path:
+    """Copy the final export to export.copy_to (e.g. the user's ggk model folder), atomically."""
+    dest = Path(os.path.expanduser(folder)) / src.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(dest) as tmp:
+        shutil.copyfile(src, tmp)
+    return dest

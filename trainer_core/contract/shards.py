@@ -1,0 +1,201 @@
+"""Precomputed shards: file layout, the CONTRACT marker, stale handling, target statistics.
+
+One shard is `shards/<split>/<split>-NNNNN.safetensors` (memory-mappable, no pickle), written
+to a temp name, fsynced and renamed: a file under its final name is complete, a shard that
+exists is done. The schema (docs/SHARDS.md):
+
+    tensors   ids      int32 [T]           student token ids of every sample, packed
+              len      int32 [S]           student tokens per sample (offsets = cumsum)
+              q_pack   bf16  [T, in_dim]   the student's final-norm rows
+              t_pack   bf16  [R, out_dim]  the teacher's target rows the pack supervises, packed
+              t_len    int32 [S]           target rows per sample
+              stat_s   f64   [out_dim]     Σx over t_pack      } running target moments,
+              stat_s2  f64   [out_dim]     Σx² over t_pack     } summed over the train
+              stat_n   int64 [1]           rows in t_pack      } shards for μ and σ
+              + pack extras (seeded: seed_ids int32 [S, window], seed_len int32 [S])
+    metadata  one key, "gguf_trainer": JSON {"meta": {pack, kind, contract, mock_teacher,
+                             teacher_mode, student, split, shard, samples, in_dim, out_dim,
+                             num_queries, storage}, "prompts": [the S prompts in the shard's
+                             (length-sorted) order]}  (one key: safetensors writes its metadata
+                             map in hash order, so several keys would change the bytes per run)
+
+`shards/<split>/CONTRACT` holds the contract the split's shards were written under: the
+pack's contract string, plus " mock-teacher" when the targets are synthetic. Shards under
+any other contract are stale: they are deleted, and the checkpoints trained on them move to
+`checkpoints.stale-<time>/`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from trainer_core.base.atomic import atomic_path, atomic_write_text
+from trainer_core.base.errors import ModelFileError
+
+if TYPE_CHECKING:  # torch stays out of the CLI's and the driver's imports
+    from trainer_core.project import Project
+    import torch
+
+__all__ = [
+    "MOCK_ENV", "mock_enabled", "contract_for", "shard_path", "shard_files", "write_shard", "Shard",
+    "read_contract", "prepare_split", "archive_checkpoints", "expected_shards", "valid_shards",
+    "load_stats", "split_lines",
+]
+
+MOCK_ENV = "GGUF_TRAINER_MOCK_TEACHER"
+_NAME = re.compile(r"^(val|train)-(\d{5})\.safetensors$")
+
+
+def mock_enabled(project: Project) -> bool:
+    """Synthetic targets: the project setting or GGUF_TRAINER_MOCK_TEACHER (anything but "" / "0")."""
+    return project.settings.precompute.mock_teacher or os.environ.get(MOCK_ENV, "") not in ("", "0")
+
+
+def contract_for(project: Project) -> str:
+    return project.pack.shard_contract + (" mock-teacher" if mock_enabled(project) else "")
+
+
+def shard_path(project: Project, split: str, index: int) -> Path:
+    return project.shards_dir(split) / f"{split}-{index:05d}.safetensors"
+
+
+def shard_files(project: Project, split: str) -> list[Path]:
+    folder = project.shards_dir(split)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if _NAME.match(p.name) and p.name.startswith(split))
+
+
+def read_contract(project: Project, split: str) -> str | None:
+    try:
+        text = (project.shards_dir(split) / "CONTRACT").read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        return None
+    return text or None
+
+
+def split_lines(project: Project, split: str) -> int:
+    from trainer_core.contract.corpus_files import read_corpus
+    train, val = project.corpus_files()
+    path = val if split == "val" else train
+    return len(read_corpus(path)) if path.is_file() else 0
+
+
+def expected_shards(project: Project, split: str, lines: int | None = None) -> int:
+    p = project.settings.precompute
+    size = p.val_shard_size if split == "val" else p.shard_size
+    lines = split_lines(project, split) if lines is None else lines
+    return max(1, math.ceil(lines / size))
+
+
+def valid_shards(project: Project, split: str) -> list[Path]:
+    """The split's shards, or none when they were written under another contract."""
+    if read_contract(project, split) != contract_for(project):
+        return []
+    return shard_files(project, split)
+
+
+def archive_checkpoints(project: Project) -> Path | None:
+    folder = project.checkpoints_dir
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return None
+    target = project.root / f"checkpoints.stale-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while target.exists():
+        n += 1
+        target = project.root / f"checkpoints.stale-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+    folder.rename(target)
+    return target
+
+
+def prepare_split(project: Project, split: str, log: Callable[[str], None], clean_temps: bool = True) -> None:
+    """Discard the split's shards if they were written under another contract, then mark it.
+    `clean_temps` removes every leftover temp file (with several ranks, each removes its own:
+    `remove_temps`)."""
+    want = contract_for(project)
+    have = read_contract(project, split)
+    folder = project.shards_dir(split)
+    stale = shard_files(project, split)
+    if stale and have != want:
+        why = f'written under "{have}"' if have else "written without a CONTRACT marker"
+        for path in stale:
+            path.unlink()
+        log(f"{split} shards discarded: {len(stale)} were {why}, this run needs \"{want}\"")
+        archived = archive_checkpoints(project)
+        if archived is not None:
+            log(f"the checkpoints trained on them moved to {archived.name}/; training starts over")
+    if clean_temps:
+        remove_temps(project, split)
+    if have != want:
+        atomic_write_text(folder / "CONTRACT", want + "\n")
+
+
+def remove_temps(project: Project, split: str, indices: "set[int] | None" = None) -> None:
+    """Delete the temp files of shards that were in flight when a run died (of `indices` only, when
+    given: another rank may be writing the others right now)."""
+    folder = project.shards_dir(split)
+    for tmp in folder.glob(".*.tmp") if folder.is_dir() else []:
+        match = re.match(rf"^\.{split}-(\d+)\.safetensors\.", tmp.name)
+        if indices is None or (match and int(match.group(1)) in indices):
+            tmp.unlink(missing_ok=True)
+
+
+def write_shard(path: Path, tensors: dict[str, "torch.Tensor"], meta: dict[str, Any], prompts: list[str]) -> None:
+    from safetensors.torch import save_file
+    metadata = {"gguf_trainer": json.dumps({"meta": meta, "prompts": prompts}, sort_keys=True, ensure_ascii=False)}
+    with atomic_path(path) as tmp:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+
+
+class Shard:
+    """A shard opened memory-mapped; tensors are read on demand."""
+
+    def __init__(self, path: str | os.PathLike):
+        from safetensors import safe_open
+        self.path = Path(path)
+        try:
+            self._file = safe_open(str(self.path), framework="pt")
+            record = json.loads((self._file.metadata() or {})["gguf_trainer"])
+            self.meta: dict[str, Any] = record["meta"]
+            self.prompts: list[str] = record["prompts"]
+        except FileNotFoundError:
+            raise ModelFileError(f"the shard {self.path} does not exist") from None
+        except Exception as e:  # safetensors raises its own errors on short or bad headers
+            raise ModelFileError(f"the shard {self.path} is damaged ({' '.join(str(e).split())}); delete it "
+                                 f"and run precompute again") from None
+        self.keys = set(self._file.keys())
+
+    def __getitem__(self, key: str) -> "torch.Tensor":
+        return self._file.get_tensor(key)
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+def load_stats(project: Project, sigma_floor: float) -> tuple["torch.Tensor", "torch.Tensor", int]:
+    """(μ, σ_f, number of floored dims) from the running moments of the train shards."""
+    from trainer_core.contract.losses import target_stats
+    files = valid_shards(project, "train")
+    if not files:
+        raise ModelFileError(f"{project.shards_dir('train')} holds no shards under the current contract; "
+                             f"run precompute first")
+    s = s2 = None
+    n = 0
+    for path in files:
+        shard = Shard(path)
+        s = shard["stat_s"] if s is None else s + shard["stat_s"]
+        s2 = shard["stat_s2"] if s2 is None else s2 + shard["stat_s2"]
+        n += int(shard["stat_n"][0])
+    mu, sigma = target_stats(s, s2, n, sigma_floor)
+    raw = (s2 / n - (s / n) ** 2).clamp_min(0).sqrt()
+    return mu, sigma, int((raw < sigma_floor).sum())
+
+
+def remove_split(project: Project, split: str) -> None:
+    shutil.rmtree(project.shards_dir(split), ignore_errors=True)

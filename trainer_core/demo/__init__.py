@@ -1,0 +1,1 @@
+"""The demo: tiny offline models and a project built on them (fixtures for tests too)."""

@@ -1,0 +1,120 @@
+"""LLaDA-Image-Turbo: the 16B LLaDA2-MoE text stack → pig_clip + a 256-query resampler."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material, TrainerPack
+
+if TYPE_CHECKING:
+    from trainer_core.contract.adapter import AdapterConfig
+    from trainer_core.project import Project
+
+from trainer_core.packs.llada_image.contract import EMPTY, MAX_LEN_TEACHER, NUM_QUERIES, OUT_DIM, TEMPLATE
+
+TEACHER = Material(
+    "teacher", "LLaDA-Image-Turbo text encoder, QueryFormer, text_projection, tokenizer (teacher)",
+    "hf_snapshot", repo="inclusionAI/LLaDA-Image-Turbo",
+    patterns=("model_index.json", "text_encoder/*", "queryformer/*", "text_projection/*", "tokenizer/*"),
+    subdir="LLaDA-Image-Turbo", size_hint="~33 GB",
+    hint="needs ~34 GB of combined GPU + CPU memory to run")
+SIGVQ = Material("sigvq", "SigVQ vision encoder (exported beside the adapter)", "hf_snapshot",
+                 repo="inclusionAI/LLaDA-Image-Turbo", patterns=("sigvq/*",), subdir="LLaDA-Image-Turbo",
+                 required=False, size_hint="~2.4 GB")
+
+
+@dataclass(frozen=True)
+class LLaDAPack(TrainerPack):
+
+    def teacher_dims(self, project: "Project") -> dict[str, int]:
+        """projection_dim and num_queries of the snapshot's text_projection / queryformer configs
+        (the reference shape when the teacher is mocked and not downloaded)."""
+        from trainer_core.contract.shards import mock_enabled
+        from trainer_core.packs.llada_image.teacher import teacher_dims
+        root = self.resolve_material(project, "teacher")
+        if not (root / "text_projection" / "config.json").is_file() and mock_enabled(project):
+            return dict(self.reference_dims)
+        dims = teacher_dims(self.require_material(project, "teacher"))
+        return {"out_dim": dims["out_dim"], "num_queries": dims["num_queries"]}
+
+    def build_teacher(self, project: "Project", device: Any) -> Any:
+        from trainer_core.packs.llada_image.teacher import LLaDATeacher
+        p = project.settings.precompute
+        return LLaDATeacher(self.require_material(project, "teacher"), device=device, placement=p.placement,
+                            gpu_mem_gib=p.gpu_mem_gib, cpu_mem_gib=p.cpu_mem_gib)
+
+    def build_mock_teacher(self, project: "Project") -> Any:
+        from trainer_core.packs.llada_image.teacher import MockLLaDATeacher
+        dims = self.teacher_dims(project)
+        return MockLLaDATeacher(dims["out_dim"], dims["num_queries"])
+
+    def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets, session: Any = None
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Resampler layout: every prompt supervises all `num_queries` rows. The teacher runs in
+        greedy batches of the length-sorted prompts, a prompt counting its teacher tokens plus
+        the queries (§A.5); the shard keeps that order."""
+        import torch
+
+        from trainer_core.contract.batching import greedy_batches
+        formatted = [self.format_prompt(p) for p in prompts]
+        lens = teacher.text_lens(formatted)
+        order = sorted(range(len(prompts)), key=lens.__getitem__)           # stable: by teacher length
+        prompts, formatted = [prompts[i] for i in order], [formatted[i] for i in order]
+        sizes = [lens[i] + teacher.num_queries for i in order]
+        rows = [teacher.forward_prompts([formatted[i] for i in batch]).to(torch.bfloat16)
+                for batch in greedy_batches(sizes, budgets.teacher_batch, budgets.tok_budget)]
+        t = torch.cat(rows)                                                 # [S, NQ, out]
+        tokens, q_rows, truncated = student.rows(formatted, self.max_len_student, budgets.student_batch,
+                                                 budgets.student_tok_budget)
+        t_pack = t.reshape(-1, t.shape[-1])
+        t64 = t_pack.double()
+        tensors = {
+            "ids": torch.tensor([i for ids in tokens for i in ids], dtype=torch.int32),
+            "len": torch.tensor([len(ids) for ids in tokens], dtype=torch.int32),
+            "q_pack": torch.cat(q_rows), "t_pack": t_pack,
+            "t_len": torch.full((len(prompts),), t.shape[1], dtype=torch.int32),
+            "stat_s": t64.sum(0), "stat_s2": (t64 * t64).sum(0),
+            "stat_n": torch.tensor([t_pack.shape[0]], dtype=torch.int64),
+        }
+        return tensors, {"prompts": prompts, "num_queries": int(t.shape[1]), "truncated_student": truncated,
+                         "truncated_teacher": sum(n >= MAX_LEN_TEACHER for n in lens)}
+
+    def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
+        from trainer_core.contract.adapter import AdapterConfig
+        dims, t = self.teacher_dims(project), project.settings.train
+        return AdapterConfig("resampler", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
+                             depth=t.depth, num_queries=dims["num_queries"])
+
+
+PACK = LLaDAPack(
+    id="llada_image",
+    title="LLaDA-Image-Turbo (LLaDA2-MoE 16B → 256-query resampler)",
+    description=(
+        "Replaces the 16B LLaDA2-MoE text encoder of LLaDA-Image-Turbo with pig_clip and a "
+        "seedless 256-query Perceiver resampler (the trainer8 recipe). The teacher target is the "
+        "256 QueryFormer rows of cap_feats after the 6-layer text_projection; the adapter is "
+        "text-only and pairs unchanged with the model's SigVQ vision encoder for editing. "
+        "The teacher needs ~34 GB of combined GPU + CPU memory."
+    ),
+    adapter_kind="resampler",
+    corpus_kind="text",
+    default_folder="llada_adapter",
+    shard_contract="llada_image/2",
+    teacher_repo="inclusionAI/LLaDA-Image-Turbo",
+    defaults={},  # the built-in defaults are this recipe's
+    export_kvs={
+        "adapter.qwen_hidden_source": "final_norm",
+        "adapter.target": "llada_image_turbo text_projection query rows",
+        "adapter.teacher": "inclusionAI/LLaDA-Image-Turbo",
+    },
+    ggk_min_version="0.5.7",
+    t2i_template=TEMPLATE,
+    t2i_empty=EMPTY,
+    max_len_student=512,
+    materials=STUDENT_MATERIALS + (TEACHER, SIGVQ),
+    metric_names=("cos_centered", "cos_rms", "worst_row_cos_rms", "rel_mse", "cos_raw", "roundtrip_cos",
+                  "trained_steps", "val_batches"),
+    teacher_control="placement",
+    reference_dims={"out_dim": OUT_DIM, "num_queries": NUM_QUERIES},
+    ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf} --llm_vision {sigvq}",
+)

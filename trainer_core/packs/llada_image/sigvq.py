@@ -1,0 +1,62 @@
+"""The LLaDA pack's SigVQ export: the vision encoder's safetensors as an f16 GGUF beside the
+adapter, so the engine's `--llm_vision` finds it (`<export base>_sigvq-f16.gguf`, the export base
+being the adapter name without its `_adapter` suffix).
+
+Every tensor keeps its safetensors name and is cast to f16; the engine reads no KVs. The file
+is written atomically and read back before the rename, and skipped when it is newer than the
+safetensors it came from.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pathlib import Path
+
+from trainer_core.base.atomic import atomic_path
+
+if TYPE_CHECKING:  # the project layer sits above this one
+    from trainer_core.project import Project
+
+__all__ = ["sigvq_source", "sigvq_path", "export_sigvq"]
+
+
+def sigvq_source(project: Project) -> Path | None:
+    root = project.pack.resolve_material(project, "sigvq")
+    path = root / "sigvq" / "diffusion_pytorch_model.safetensors" if root else None
+    return path if path is not None and path.is_file() else None
+
+
+def sigvq_path(project: Project) -> Path:
+    name = project.settings.name
+    base = name[: -len("_adapter")] if name.endswith("_adapter") else name
+    return project.output_dir() / f"{base}_sigvq-f16.gguf"
+
+
+def export_sigvq(project: Project) -> tuple[Path | None, str]:
+    """(the GGUF or None, what happened: "written", "current", "no source" or "off")."""
+    if not project.settings.export.export_sigvq:
+        return None, "off"
+    source = sigvq_source(project)
+    if source is None:
+        return None, "no source"
+    out = sigvq_path(project)
+    if out.is_file() and out.stat().st_mtime >= source.stat().st_mtime:
+        return out, "current"
+    import gguf
+    import numpy as np
+    from safetensors import safe_open
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with safe_open(str(source), framework="pt") as f, atomic_path(out) as tmp:
+        writer = gguf.GGUFWriter(tmp, arch="sigvq")
+        names = list(f.keys())
+        for name in names:
+            array = f.get_tensor(name).float().numpy().astype(np.float16)
+            writer.add_tensor(name, np.ascontiguousarray(array))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        written = {t.name for t in gguf.GGUFReader(tmp).tensors}
+        if written != set(names):                            # read back before the rename
+            raise OSError(f"{out.name}: {len(set(names) - written)} tensors missing after writing")
+    return out, "written"

@@ -1,0 +1,265 @@
+"""The token-aligned vision packs (MageFlow-Edit, Qwen-Image 2.1): what they share.
+
+A sample is an instruction with 0, 1 or 2 reference images (data/{train,val}.jsonl). Per sample
+the shard keeps the student's rows of every real token (with vision_proj(mmproj embed) spliced
+at the image slots, as the engine feeds pig_clip), the teacher's rows the pack stores, and the
+raw vision rows of each image, which the adapter's vis_in reads. The packs differ in their
+engine contract (`contract`: templates, reference sizes), their teacher (`tap`: the final norm of
+the reduced model, or the pre-norm states of Hugging Face's full forward) and the rows they
+supervise (`supervise`: every real token, or only the text rows the DiT consumes, whose teacher
+rows alone are stored and measured). See packs-contract §B.2 / §B.3 and docs/SHARDS.md.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from trainer_core.base.errors import ModelFileError, TrainerError
+from trainer_core.packs.base import Budgets, Material, TrainerPack
+
+if TYPE_CHECKING:
+    from trainer_core.contract.adapter import AdapterConfig
+    from trainer_core.project import Project
+
+__all__ = ["VisionPack", "VisionSession", "PROBES", "qwen3vl_teacher"]
+
+PROBES = ("a sheep in sunglasses", "make it night", "", "Add snow, heavy")
+TEACHER_PATTERNS = ("config.json", "generation_config.json", "model.safetensors.index.json", "model-*.safetensors",
+                    "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+                    "chat_template.json")
+
+
+def qwen3vl_teacher(name: str, size_hint: str, hint: str) -> Material:
+    """The teacher material of a vision pack: the Qwen/<name> snapshot under materials/<name>."""
+    return Material("teacher", f"{name} (teacher)", "hf_snapshot", repo=f"Qwen/{name}", patterns=TEACHER_PATTERNS,
+                    subdir=name, size_hint=size_hint, hint=hint)
+
+
+@dataclass(frozen=True)
+class VisionSession:
+    """What precompute fixes once per stage: vision_proj and the corpus's reference-area settings."""
+
+    weight: Any                               # vision_proj [in_dim, vis_dim] float32
+    ref_areas: Sequence[Sequence[float]] = ()
+    two_image_max_area: int = 0
+
+
+@dataclass(frozen=True)
+class VisionPack(TrainerPack):
+    contract: str = "mageflow_edit"           # "mageflow_edit" | "qwen_image_2_1"
+    tap: str = "final_norm"                   # "final_norm" | "pre_norm_last_layer" (the full HF forward)
+    supervise: str = "all"                    # "all" | "consumed_text"
+    budget_scale: float = 1.0
+    probe_counts: tuple[int, ...] = (144,)
+
+    # ------------------------------------------------------------ contract
+    def _data(self) -> Any:
+        if self.contract == "qwen_image_2_1":
+            from trainer_core.packs.qwen3vl import qwenimage_data
+            return qwenimage_data
+        from trainer_core.packs.qwen3vl import vision_data
+        return vision_data
+
+    def _preprocess(self, sample: dict[str, Any], session: VisionSession) -> list[Any]:
+        data = self._data()
+        images = []
+        area = (data.choose_area(sample["rel"], sample["text"], session.ref_areas, session.two_image_max_area)
+                if self.contract == "qwen_image_2_1" else None)
+        for path in sample["images"]:
+            try:
+                images.append(data.preprocess(path) if area is None else data.preprocess(path, area))
+            except (OSError, ValueError) as e:
+                raise TrainerError(f"The reference image {path} cannot be read ({e}); reset the corpus so it is "
+                                   "built again without it.") from None
+        return images
+
+    # ------------------------------------------------------------ teacher
+    def _teacher_config(self, project: "Project") -> dict[str, Any] | None:
+        from trainer_core.contract.shards import mock_enabled
+        path = self.resolve_material(project, "teacher") / "config.json"
+        if not path.is_file() and mock_enabled(project):
+            return None
+        path = self.require_material(project, "teacher") / "config.json"
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ModelFileError(f"The teacher config {path} cannot be read ({e}); download the teacher again.") from None
+
+    def teacher_dims(self, project: "Project") -> dict[str, int]:
+        """text_config.hidden_size and vision_config.out_hidden_size of the teacher's config.json (the
+        reference shapes when the teacher is mocked and not downloaded)."""
+        config = self._teacher_config(project)
+        if config is None:
+            return dict(self.reference_dims)
+        try:
+            return {"out_dim": int(config["text_config"]["hidden_size"]),
+                    "vis_dim": int(config["vision_config"]["out_hidden_size"])}
+        except (KeyError, TypeError, ValueError):
+            raise ModelFileError(f"The teacher config in {self.resolve_material(project, 'teacher')} is not a "
+                                 "Qwen3-VL config (text_config.hidden_size, vision_config.out_hidden_size); "
+                                 f"download {self.teacher_repo} again.") from None
+
+    def build_teacher(self, project: "Project", device: Any) -> Any:
+        from trainer_core.packs.qwen3vl.teacher import Qwen3VLFullTeacher, Qwen3VLTeacher
+        p = project.settings.precompute
+        kind = Qwen3VLFullTeacher if self.tap == "pre_norm_last_layer" else Qwen3VLTeacher
+        return kind(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
+                    gpu_mem_gib=p.gpu_mem_gib)
+
+    def build_mock_teacher(self, project: "Project") -> Any:
+        from trainer_core.packs.qwen3vl.teacher import MockVisionTeacher
+        dims = self.teacher_dims(project)
+        return MockVisionTeacher(dims["out_dim"], dims["vis_dim"])
+
+    def budgets(self, project: "Project", device: Any) -> Budgets:
+        from trainer_core.packs.qwen3vl.teacher import auto_budgets
+        p, auto = project.settings.precompute, auto_budgets(device, self.budget_scale)
+        return Budgets(p.teacher_batch or auto["teacher_batch"], p.tok_budget or auto["tok_budget"],
+                       p.student_batch or auto["student_batch"], p.student_tok_budget or auto["student_tok_budget"],
+                       p.vis_tok_budget or auto["vis_tok_budget"])
+
+    # ------------------------------------------------------------ precompute
+    def read_samples(self, project: "Project", path: Path) -> list[dict[str, Any]]:
+        """{"text", "images": [paths], "rel": [as written]} per line of a corpus .jsonl (image paths are
+        relative to data/)."""
+        samples = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                record = json.loads(line)
+                text, rel = record["text"], list(record.get("images") or [])
+                if not isinstance(text, str) or not all(isinstance(r, str) for r in rel):
+                    raise ValueError("text must be a string and images a list of paths")
+            except (ValueError, KeyError, TypeError) as e:
+                raise TrainerError(f"{path} line {number} is not an image-corpus record ({e}); "
+                                   "reset the corpus and run it again.") from None
+            samples.append({"text": text, "images": [project.data_dir / r for r in rel], "rel": rel})
+        return samples
+
+    def prepare(self, project: "Project", student: Any, teacher: Any, report: Any) -> VisionSession:
+        """Check both tokenizers against the engine's templates and each other, then fit (or reuse)
+        vision_proj."""
+        data = self._data()
+        data.check_templates(student.tokenizer, "student")
+        teacher_tok = getattr(teacher, "tokenizer", None)
+        if teacher_tok is not None:
+            data.check_templates(teacher_tok, "teacher")
+            for text in PROBES:
+                two = self.probe_counts[:2] if len(self.probe_counts) > 1 else self.probe_counts * 2
+                for counts in ((), self.probe_counts[:1], two):
+                    a = data.build_sample(student.tokenizer, text, counts)
+                    b = data.build_sample(teacher_tok, text, counts, what="teacher")
+                    if a.ids != b.ids:
+                        raise ModelFileError(f"The student and teacher tokenizers disagree on {text!r} with "
+                                             f"{len(counts)} image(s) ({len(a.ids)} vs {len(b.ids)} tokens); the "
+                                             "adapter needs one token sequence for both: use matching snapshots.")
+        c = project.settings.corpus
+        return VisionSession(self._vision_proj(project, student, teacher, report), c.ref_areas, c.two_image_max_area)
+
+    def _vision_proj(self, project: "Project", student: Any, teacher: Any, report: Any) -> Any:
+        import time
+
+        import torch
+
+        from trainer_core.packs.qwen3vl.vision_proj import (fit_vision_proj, load_vision_proj, safetensors_rows, save_vision_proj,
+                                   tensor_rows)
+        vis_dim = getattr(teacher, "vis_dim", None) or self.teacher_dims(project)["vis_dim"]
+        path = project.root / "vision_proj.pt"
+        saved = load_vision_proj(path, student.hidden_size, vis_dim)
+        if saved is not None:
+            report("log", level="info", message=f"vision_proj reused from {path.name} "
+                                                f"(fit row cos {saved.get('fit_cos_mean', float('nan')):.4f})")
+            return saved["weight"]
+        table = teacher.embed_table()
+        student_table = student.model.embed_tokens.weight
+        if table is not None:
+            source = tensor_rows(table, "the teacher's embed_tokens")
+        else:
+            root = self.resolve_material(project, "teacher")
+            if (root / "model.safetensors.index.json").is_file() or any(root.glob("*.safetensors")):
+                source = safetensors_rows(root)
+            else:        # the mock without a downloaded teacher: a fixed random table
+                g = torch.Generator().manual_seed(7)
+                source = tensor_rows(torch.randn(student_table.shape[0], vis_dim, generator=g), "a random table")
+        started = time.monotonic()
+        report("log", level="info", message=f"fitting vision_proj on {source.rows} vocabulary rows ({source.name})")
+        fit = fit_vision_proj(source, tensor_rows(student_table, "the student's embed_tokens"))
+        save_vision_proj(path, fit, self.id)
+        report("log", level="info",
+               message=f"vision_proj fitted in {time.monotonic() - started:.1f} s: row cos mean {fit.fit_cos_mean:.4f}, "
+                       f"5th percentile {fit.fit_cos_p5:.4f}, rel_mse {fit.rel_mse:.4g}; saved to {path.name}")
+        return fit.weight
+
+    def make_shard(self, prompts: list[Any], student: Any, teacher: Any, budgets: Budgets, session: Any = None
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Token-aligned layout (docs/SHARDS.md), samples sorted by length."""
+        import torch
+
+        from trainer_core.contract.batching import greedy_batches
+        from trainer_core.packs.qwen3vl.vision_data import merged_tokens
+        data = self._data()
+        weight = session.weight                                             # vision_proj [in, vis]
+        images = [self._preprocess(sample, session) for sample in prompts]
+        counts = [[merged_tokens(im) for im in pre] for pre in images]
+        built = [data.build_sample(student.tokenizer, s["text"], n) for s, n in zip(prompts, counts)]
+        truncated = sum(len(b.ids) > self.max_len_student for b in built)
+        order = sorted(range(len(prompts)), key=lambda i: len(built[i].ids))
+        prompts, images, built = [prompts[i] for i in order], [images[i] for i in order], [built[i] for i in order]
+        tokens = [b.ids[:self.max_len_student] for b in built]
+        flat = [im for pre in images for im in pre]
+        encoded = teacher.encode_images(flat, budgets.vis_tok_budget) if flat else []
+        vision, k = [], 0                                     # per sample: (slot, what the teacher encoded)
+        for b, pre in zip(built, images):
+            vision.append([(start, encoded[k + j]) for j, (start, n) in enumerate(b.slots)
+                           if start + n <= self.max_len_student])
+            k += len(pre)
+        rows_of = lambda v: getattr(v, "rows", v)                            # noqa: E731 — VisionOut or a tensor
+        t_rows: list[torch.Tensor] = [None] * len(tokens)                   # type: ignore[list-item]
+        for batch in greedy_batches([len(t) for t in tokens], budgets.teacher_batch, budgets.tok_budget):
+            for i, rows in zip(batch, teacher.hidden([tokens[i] for i in batch], [vision[i] for i in batch])):
+                t_rows[i] = rows.to(torch.bfloat16)
+        mapped = [[(start, rows_of(v).float() @ weight.T) for start, v in sample] for sample in vision]
+        q_rows = student.vision_rows(tokens, mapped, budgets.student_batch, budgets.student_tok_budget)
+
+        stored, supervised = [], []                                         # teacher rows kept; rows in the stats
+        for b, sample, rows in zip(built, vision, t_rows):
+            slot = torch.zeros(rows.shape[0], dtype=torch.bool)
+            for start, v in sample:
+                slot[start:start + rows_of(v).shape[0]] = True
+            if self.supervise == "consumed_text":                          # the DiT reads text rows from 14 on
+                stored.append(rows[~slot])
+                consumed = ~slot & (torch.arange(rows.shape[0]) >= b.sup_start)
+                supervised.append(rows[consumed])
+            else:
+                stored.append(rows)
+                supervised.append(rows)
+        t_pack = torch.cat(stored)
+        sup64 = torch.cat(supervised).double()
+        blocks = [(i, start, rows_of(v)) for i, sample in enumerate(vision) for start, v in sample]
+        vis_dim = int(weight.shape[1])
+        tensors = {
+            "ids": torch.tensor([t for ids in tokens for t in ids], dtype=torch.int32),
+            "len": torch.tensor([len(t) for t in tokens], dtype=torch.int32),
+            "q_pack": torch.cat(q_rows), "t_pack": t_pack,
+            "t_len": torch.tensor([r.shape[0] for r in stored], dtype=torch.int32),
+            "v_pack": (torch.cat([v for _, _, v in blocks]) if blocks
+                       else torch.zeros(0, vis_dim)).to(torch.bfloat16),
+            "vis_sample": torch.tensor([i for i, _, _ in blocks], dtype=torch.int32),
+            "vis_start": torch.tensor([s for _, s, _ in blocks], dtype=torch.int32),
+            "vis_len": torch.tensor([v.shape[0] for _, _, v in blocks], dtype=torch.int32),
+            "sup_start": torch.tensor([b.sup_start for b in built], dtype=torch.int32),
+            "n_images": torch.tensor([len(pre) for pre in images], dtype=torch.int32),
+            "t_sparse": torch.tensor([1 if self.supervise == "consumed_text" else 0], dtype=torch.int64),
+            "stat_s": sup64.sum(0), "stat_s2": (sup64 * sup64).sum(0),
+            "stat_n": torch.tensor([sup64.shape[0]], dtype=torch.int64),
+        }
+        return tensors, {"prompts": [s["text"] for s in prompts], "num_queries": 0, "truncated_student": truncated,
+                         "meta": {"images": [s["rel"] for s in prompts], "tap": self.tap, "supervise": self.supervise,
+                                  "vision_contract": self.contract}}
+
+    def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
+        from trainer_core.contract.adapter import AdapterConfig
+        dims, t = self.teacher_dims(project), project.settings.train
+        return AdapterConfig("token_aligned_vision", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
+                             depth=t.depth, vis_dim=dims["vis_dim"])

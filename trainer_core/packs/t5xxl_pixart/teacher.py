@@ -1,0 +1,245 @@
+"""The PixArt teacher: T5-XXL v1.1's encoder over the 120-slot PixArt caption window.
+
+The window is what ggk's PixArtT5Embedder builds: the T5 sentencepiece pieces of the raw
+prompt, EOS (1) appended, truncated to 119 pieces + EOS, padded with 0 to 120 slots. A
+prompt's real slots are its pieces plus EOS (an empty prompt is [EOS]); the targets are
+the encoder's last_hidden_state at those slots. T5 is bidirectional with a relative
+position bias, so a real row does not depend on how many pads follow it: the batch runs
+over its longest real length only, and its rows equal a full 120-slot run bit for bit.
+
+Nothing here knows about projects or stages: the pack hands in the snapshot folder, the
+device and the memory settings. `MockT5Teacher` gives deterministic synthetic targets of
+the same shapes without any file.
+"""
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from trainer_core.contract.batching import greedy_batches
+from trainer_core.contract.devices import gpu_budget_gib, is_big_card
+from trainer_core.base.errors import ModelFileError, UsageError
+
+__all__ = [
+    "T5_WINDOW", "T5_EOS", "T5_PAD", "TEACHER_MODES", "load_t5_tokenizer", "seed_windows",
+    "teacher_weights_gib", "resolve_teacher_mode", "T5Teacher", "MockT5Teacher", "auto_budgets",
+    "greedy_batches",
+]
+
+T5_WINDOW = 120      # PixArt's caption length: slots per prompt (y_embedding is [4096, 120])
+T5_EOS = 1           # </s>, appended after the pieces; the last real slot
+T5_PAD = 0           # <pad>, fills the window after EOS
+
+TEACHER_MODES = ("auto", "gpu", "offload")
+_RESIDENT_HEADROOM_GIB = 2.5   # activations and the CUDA context next to the resident weights
+_ASSUMED_WEIGHTS_GIB = 9.5     # T5-XXL v1.1 encoder in bf16, when the file is not there to measure
+
+# §A.5 auto values for the seeded pack (a setting of 0 means "use these")
+_BIG_CARD_BUDGETS = {"teacher_batch": 256, "tok_budget": 24576, "student_batch": 256}
+_SMALL_CARD_BUDGETS = {"teacher_batch": 64, "tok_budget": 8192, "student_batch": 64}
+
+
+# ---------------------------------------------------------------- tokenizer and windows
+
+def load_t5_tokenizer(root: str | os.PathLike):
+    """The T5 tokenizer of a snapshot folder (spiece.model, converted to a fast tokenizer at
+    load, or tokenizer.json), checked to build windows the way the engine does."""
+    from transformers import T5Tokenizer  # transformers 5: one tokenizers-backed class
+
+    root = Path(root)
+    if not (root / "spiece.model").is_file() and not (root / "tokenizer.json").is_file():
+        raise ModelFileError(f"The T5 teacher folder {root} has neither spiece.model nor tokenizer.json; "
+                             "download callgg/t5-v1_1-xxl-encoder-bf16 again.")
+    try:
+        tokenizer = T5Tokenizer.from_pretrained(root)
+    except ImportError as e:
+        raise ModelFileError(f"Reading {root / 'spiece.model'} needs sentencepiece and protobuf ({e}); "
+                             "install them with: pip install sentencepiece protobuf") from None
+    except (OSError, ValueError) as e:
+        raise ModelFileError(f"The T5 tokenizer in {root} cannot be loaded ({e}); download the "
+                             "teacher snapshot again.") from None
+    # The window relies on the tokenizer itself appending EOS and padding with id 0.
+    if tokenizer("")["input_ids"] != [T5_EOS] or tokenizer.pad_token_id != T5_PAD:
+        raise ModelFileError(f"The T5 tokenizer in {root} does not end a prompt with </s> = {T5_EOS} "
+                             f"and pad with <pad> = {T5_PAD}; it is not a T5 v1.1 tokenizer.")
+    return tokenizer
+
+
+def seed_windows(tokenizer, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids LongTensor [B, 120], lens LongTensor [B]) for the raw prompts: pieces + EOS,
+    truncated to 119 pieces + EOS, padded with 0; len counts the real slots (≥ 1)."""
+    if not prompts:
+        return torch.zeros(0, T5_WINDOW, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    enc = tokenizer(list(prompts), padding="max_length", max_length=T5_WINDOW, truncation=True,
+                    return_tensors="pt")
+    ids = enc["input_ids"].long()                                   # [B, 120]
+    lens = enc["attention_mask"].sum(dim=1).clamp(min=1).long()      # [B]
+    return ids, lens
+
+
+# ---------------------------------------------------------------- memory placement
+
+def teacher_weights_gib(root: str | os.PathLike) -> float:
+    """Size of the encoder's weights on disk in GiB (9.5 when there is no file to measure)."""
+    root = Path(root)
+    files = [root / "model.safetensors"]
+    if not files[0].is_file():
+        files = sorted(root.glob("model-*.safetensors"))   # a sharded snapshot
+    if not files:
+        return _ASSUMED_WEIGHTS_GIB
+    return sum(f.stat().st_size for f in files) / 2**30
+
+
+def resolve_teacher_mode(mode: str, device: torch.device, gpu_mem_gib: float, weights_gib: float) -> str:
+    """"gpu" (resident on a CUDA card), "offload" (weights in RAM, streamed layer by layer to
+    the device) or "cpu" (resident on the CPU). `auto` keeps the teacher resident when the GPU
+    budget holds its weights plus 2.5 GiB; `gpu_mem_gib` 0 means the card's total − 1.5 GiB."""
+    if mode not in TEACHER_MODES:
+        raise UsageError(f"The teacher mode {mode!r} is not known; choose one of "
+                         f"{', '.join(TEACHER_MODES)}.")
+    if mode == "offload":
+        return "offload"
+    if device.type != "cuda":
+        return "cpu"
+    if mode == "gpu":
+        return "gpu"
+    budget = gpu_budget_gib(device, gpu_mem_gib)
+    return "gpu" if budget >= weights_gib + _RESIDENT_HEADROOM_GIB else "offload"
+
+
+def auto_budgets(device: str | torch.device) -> dict[str, int]:
+    """teacher_batch, tok_budget and student_batch for a setting of 0: the big-card values on a
+    CUDA card over 24e9 bytes, the small-card ones otherwise (the CPU included)."""
+    big = is_big_card(torch.device(device))
+    return dict(_BIG_CARD_BUDGETS if big else _SMALL_CARD_BUDGETS)
+
+
+# ---------------------------------------------------------------- teachers
+
+class _WindowTeacher:
+    """What both teachers share: windows in, rows at the real slots out."""
+
+    def seed_windows(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def forward(self, ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def real_rows(self, prompts: Sequence[str]) -> list[torch.Tensor]:
+        """One [len_i, out_dim] float32 tensor per prompt (EOS row included), in one batch."""
+        ids, lens = self.seed_windows(prompts)
+        out = self.forward(ids, lens)                                 # [B, L, out_dim]
+        return [out[i, :int(n)] for i, n in enumerate(lens)]
+
+
+def _check_windows(ids: torch.Tensor, lens: torch.Tensor) -> int:
+    """The batch's longest real length L, after checking the shapes agree."""
+    if ids.dim() != 2 or lens.shape != ids.shape[:1]:
+        raise ValueError(f"expected ids [B, window] and lens [B], got {list(ids.shape)} and "
+                         f"{list(lens.shape)}")
+    if ids.shape[0] == 0:
+        return 0
+    longest = int(lens.max())
+    if int(lens.min()) < 1 or longest > ids.shape[1]:
+        raise ValueError(f"every len must be in 1..{ids.shape[1]}, got {int(lens.min())}..{longest}")
+    return longest
+
+
+class T5Teacher(_WindowTeacher):
+    """T5EncoderModel from a snapshot folder (bf16 on CUDA, float32 on the CPU), placed by
+    `mode`: "gpu" resident on `device`, "offload" streamed from RAM by accelerate, "auto"
+    choosing between them from `gpu_mem_gib` (resident on a CPU device)."""
+
+    def __init__(self, root: str | os.PathLike, device: str | torch.device = "cpu", mode: str = "auto",
+                 gpu_mem_gib: float = 0.0):
+        from transformers import T5EncoderModel
+
+        self.root = Path(root)
+        self.device = torch.device(device)
+        self.mode = resolve_teacher_mode(mode, self.device, gpu_mem_gib, teacher_weights_gib(self.root))
+        self.tokenizer = load_t5_tokenizer(self.root)
+        dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        try:
+            # eager attention: CPU SDPA blocks its reduction by key count, so the real rows
+            # would move by ~1e-6 with the pad count; eager keeps them bit-identical.
+            model = T5EncoderModel.from_pretrained(self.root, dtype=dtype, attn_implementation="eager")
+        except (OSError, ValueError) as e:
+            raise ModelFileError(f"The T5 encoder in {self.root} cannot be loaded ({e}); download "
+                                 "callgg/t5-v1_1-xxl-encoder-bf16 again.") from None
+        model.eval().requires_grad_(False)
+        if self.mode == "offload":
+            from accelerate import cpu_offload
+            model = cpu_offload(model, execution_device=self.device)
+        else:
+            model = model.to(self.device)
+        self.model = model
+        self.out_dim = int(model.config.d_model)
+        self.vocab_size = int(model.config.vocab_size)
+
+    def seed_windows(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        return seed_windows(self.tokenizer, prompts)
+
+    def forward(self, ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        """last_hidden_state [B, L, out_dim] float32 on the CPU for L = max(lens), pads masked
+        as keys; rows past each len are meaningless."""
+        longest = _check_windows(ids, lens)
+        if longest == 0:
+            return torch.zeros(0, 0, self.out_dim)
+        mask = torch.arange(longest)[None, :] < lens.cpu()[:, None]           # [B, L]
+        with torch.inference_mode(), torch.autocast(self.device.type, torch.bfloat16,
+                                                    enabled=self.device.type == "cuda"):
+            hidden = self.model(input_ids=ids[:, :longest].to(self.device),
+                                attention_mask=mask.long().to(self.device)).last_hidden_state
+        return hidden.to("cpu", torch.float32)                                # [B, L, out_dim]
+
+
+class MockT5Teacher(_WindowTeacher):
+    """Deterministic synthetic targets of the real shapes, with no file and little memory.
+
+    Its "tokenizer" maps each whitespace-split word to 2 + crc32(word) mod (vocab − 2), keeps
+    the first window − 1, appends EOS and pads with 0. A slot's row is a low-rank embedding of
+    its id plus a position term, then mixed with its left neighbour (x + 0.5·roll(x, 1)) over
+    the whole window, so a prompt's rows do not depend on the rest of its batch."""
+
+    mode = "mock"
+    _RANK = 32
+
+    def __init__(self, out_dim: int, vocab_size: int, window: int = T5_WINDOW):
+        if vocab_size < 3 or window < 2:
+            raise ValueError(f"the mock needs vocab_size ≥ 3 and window ≥ 2, got {vocab_size} "
+                             f"and {window}")
+        self.out_dim, self.vocab_size, self.window = int(out_dim), int(vocab_size), int(window)
+        self.device = torch.device("cpu")
+        g = torch.Generator().manual_seed(4321)
+        # table = embed_a @ embed_b / 8 is never formed (526 MB at 32128 × 4096; the factors: 4.7 MB)
+        self.embed_a = torch.randn(self.vocab_size, self._RANK, generator=g)     # [vocab, 32]
+        self.embed_b = torch.randn(self._RANK, self.out_dim, generator=g)        # [32, out]
+        self.pos = torch.randn(self.window, self.out_dim, generator=g) / 8       # [window, out]
+
+    def word_id(self, word: str) -> int:
+        return 2 + zlib.crc32(word.encode("utf-8")) % (self.vocab_size - 2)
+
+    def seed_windows(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.full((len(prompts), self.window), T5_PAD, dtype=torch.long)  # [B, window]
+        lens = torch.zeros(len(prompts), dtype=torch.long)                      # [B]
+        for i, prompt in enumerate(prompts):
+            row = [self.word_id(w) for w in prompt.split()][:self.window - 1] + [T5_EOS]
+            ids[i, :len(row)] = torch.tensor(row)
+            lens[i] = len(row)
+        return ids, lens
+
+    def forward(self, ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        """[B, L, out_dim] float32: rows 0..L−1 of x + 0.5·roll(x, 1) over the full window."""
+        longest = _check_windows(ids, lens)
+        if ids.shape[1] != self.window:
+            raise ValueError(f"the mock's windows have {self.window} slots, got ids {list(ids.shape)}")
+        if longest == 0:
+            return torch.zeros(0, 0, self.out_dim)
+        # slot i mixes with slot i − 1, and slot 0 with the window's last slot
+        slots = torch.cat([torch.tensor([self.window - 1]), torch.arange(longest)])   # [L + 1]
+        x = self.embed_a[ids[:, slots].cpu()] @ self.embed_b / 8 + self.pos[slots]     # [B, L + 1, out]
+        return x[:, 1:] + 0.5 * x[:, :-1]                                              # [B, L, out]
