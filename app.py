@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from trainer_core.cli import main
+from ui.launcher import main
 
 if __name__ == "__main__":
     sys.exit(main(["serve", *sys.argv[1:]]))

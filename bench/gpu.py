@@ -256,7 +256,8 @@ def _compile(trainer: Trainer) -> None:
 def bench_precompute(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     from transformers import Qwen3Model
 
-    from trainer_core.demo.build import build_demo, demo_prompts
+    from trainer_core.demo.build import build_demo
+    from trainer_core.demo.fixtures import demo_prompts
     from trainer_core.stages import corpus as corpus_stage
     from trainer_core.stages import precompute as precompute_stage
     from trainer_core.demo.fixtures import tiny_qwen3_config, write_student_config, write_student_gguf

@@ -42,7 +42,8 @@ import torch
 
 from trainer_core.contract import shards as shards_io
 from trainer_core.contract.batching import greedy_batches
-from trainer_core.demo.build import build_demo, demo_prompts
+from trainer_core.demo.build import build_demo
+from trainer_core.demo.fixtures import demo_prompts
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import ListReport
 from trainer_core.project import Project

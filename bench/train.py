@@ -55,7 +55,8 @@ from typing import Any, Iterator
 import torch
 
 from trainer_core.contract.adapter import build_adapter
-from trainer_core.demo.build import build_demo, demo_prompts
+from trainer_core.demo.build import build_demo
+from trainer_core.demo.fixtures import demo_prompts
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import ListReport
 from trainer_core.contract.losses import distill_loss

@@ -154,7 +154,10 @@ def test_inspect_a_student_and_junk(tmp_path, run_cli):
                        f"model.layers.{i}.mlp.up_proj.weight": (48, 32)})
     for name, shape in shapes.items():
         w.add_tensor(name, np.zeros(shape, np.float16 if len(shape) == 2 else np.float32))
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     r = run_cli("inspect", str(tmp_path / "student.gguf"), "--json")
     assert r.returncode == 0, r.stdout
     info = json.loads(r.stdout)
@@ -169,7 +172,8 @@ def test_inspect_a_student_and_junk(tmp_path, run_cli):
 def test_infer_from_a_prompt_through_template_and_student(tmp_path, run_cli):
     from trainer_core.packs import get_pack
     from trainer_core.contract.student import load_student
-    from trainer_core.demo.fixtures import tiny_qwen3_config, write_qwen_tokenizer, write_student_config, write_student_gguf
+    from trainer_core.demo.fixtures import (tiny_qwen3_config, write_qwen_tokenizer, write_student_config,
+                                            write_student_gguf)
     from transformers import Qwen3Model
 
     torch.manual_seed(0)

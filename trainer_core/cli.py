@@ -25,18 +25,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from trainer_core import __version__
-from trainer_core.base.atomic import read_json
 from trainer_core.base.errors import TrainerError, UsageError
-from trainer_core.packs import PACKS
+from trainer_core.cli_tools import cmd_download, cmd_infer, cmd_inspect, cmd_snapshot
+from trainer_core.contract import checkpoints
+from trainer_core.packs import DEMO_PACKS, PACKS
 from trainer_core.pipeline import check_only, run_pipeline
 from trainer_core.project import Project, last_project
 from trainer_core.runner import request_stop, kill_pipeline, runtime_status, start_pipeline
 from trainer_core.status import status_report
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "parse_args", "run_command", "auto_resume", "DEFAULT_PORT"]
+
+DEFAULT_PORT = 8655          # the GUI's, on 127.0.0.1
 
 SUBCOMMANDS = ("serve", "download", "new", "run", "start", "stop", "kill", "status", "set", "packs", "inspect", "infer",
                "demo", "snapshot", "reset")
@@ -49,14 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="open the GUI (default)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8655)
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT)
     serve.add_argument("--no-browser", action="store_true")
     serve.add_argument("--auto-resume", action="store_true",
                        help="relaunch the last project if its run was interrupted")
     serve.add_argument("--demo", action="store_true",
                        help="build (once) and run the demo project on tiny offline models")
-    serve.add_argument("--demo-pack", default="t5xxl_pixart", metavar="ID",
-                       help="with --demo: the pack whose demo runs (t5xxl_pixart, llada_image, qwen3vl_mageflow, qwen3vl_qwenimage)")
+    serve.add_argument("--demo-pack", default=DEMO_PACKS[0], metavar="ID",
+                       help=f"with --demo: the pack whose demo runs ({', '.join(DEMO_PACKS)})")
     serve.add_argument("--no-gui", action="store_true",
                        help="with --auto-resume: relaunch the interrupted run and exit (for a boot script)")
     serve.add_argument("--share", action="store_true", help="a public gradio.live link (needs --auth)")
@@ -120,8 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="create a project on tiny offline models (try the whole pipeline now)")
     demo.add_argument("--project", metavar="DIR", help="default: ./gguf-trainer-demo/<pack folder>")
-    demo.add_argument("--pack", default="t5xxl_pixart", metavar="ID",
-                      help="t5xxl_pixart (default), llada_image, qwen3vl_mageflow or qwen3vl_qwenimage")
+    demo.add_argument("--pack", default=DEMO_PACKS[0], metavar="ID",
+                      help=f"{DEMO_PACKS[0]} (default), " + ", ".join(DEMO_PACKS[1:]))
 
     inspect = sub.add_parser("inspect", help="describe an adapter or student GGUF and its layout problems")
     inspect.add_argument("file", metavar="FILE.gguf")
@@ -142,13 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; no subcommand (or only options) means `serve`, the GUI."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["serve", *argv]
-    args = build_parser().parse_args(argv)
+    return build_parser().parse_args(argv)
+
+
+def run_command(args: argparse.Namespace, command: Callable[[argparse.Namespace], int] | None = None) -> int:
+    """Run a parsed command (or `command` on it): a TrainerError is one sentence on stderr and its
+    exit code, Ctrl-C exits 130."""
     try:
-        return COMMANDS[args.command](args)
+        return (command or COMMANDS[args.command])(args)
     except TrainerError as e:
         print(str(e), file=sys.stderr)
         return e.exit_code
@@ -156,18 +165,25 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def main(argv: list[str] | None = None) -> int:
+    """`python -m trainer_core`: every command; `serve` without the GUI (`--auto-resume --no-gui`),
+    as the GUI lives in the ui package (the `gguf-trainer` console script and app.py start it)."""
+    return run_command(parse_args(argv))
+
+
 # ---------------------------------------------------------------- commands
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """`serve` here is the boot-script half: relaunch an interrupted run. The GUI itself starts from
+    the console script (ui/launcher.py), which calls this first."""
+    if args.no_gui and not args.auto_resume:
+        raise UsageError("--no-gui only makes sense with --auto-resume.")
     if args.auto_resume:
         auto_resume()
     if args.no_gui:
-        if not args.auto_resume:
-            print("--no-gui only makes sense with --auto-resume", file=sys.stderr)
-            return 2
         return 0
-    from ui.app import main as serve_main      # gradio only here: the CLI stays light
-    return serve_main(args)
+    raise UsageError("The GUI starts with `gguf-trainer` (the console script) or `python app.py`; "
+                     "`python -m trainer_core` runs the other commands.")
 
 
 def auto_resume() -> int | None:
@@ -292,7 +308,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"val cos {entry['val_cos']}{shown}  {entry['path']}")
     job = report["snapshot_job"]
     if job.get("status") in ("running", "failed"):
-        print(f"  snapshot job: {job['status']} — {job.get('phase') if job['status'] == 'running' else job.get('error')}")
+        what = job.get("phase") if job["status"] == "running" else job.get("error")
+        print(f"  snapshot job: {job['status']} — {what}")
     if report["ggk_command"]:
         print(f"  use it: {report['ggk_command']}")
         if project.pack.ggk_edit_args:
@@ -339,8 +356,8 @@ def _steps_hint(project: Project, steps: int) -> None:
     if runtime_status(project)["status"] == "running":
         print(f"the trainer picks the new count up within {project.settings.train.log_every} steps")
         return
-    last = read_json(project.checkpoints_dir / "last.json", None)
-    step = last.get("step") if isinstance(last, dict) else None
+    last = checkpoints.read_sidecar(project, checkpoints.LAST)
+    step = last.trained_steps if last else None
     if isinstance(step, int) and step >= steps:
         print(f"the checkpoint at step {step} already covers it; training counts as done")
     elif isinstance(step, int):
@@ -359,85 +376,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_download(args: argparse.Namespace) -> int:
-    """Link copies found on disk, then download what is still missing, in the foreground."""
-    from trainer_core.materials import (DownloadError, adopt_existing, download, list_files, material_lock, material_status,
-                            token_for, wanted)
-    project = Project.open(args.project)
-    for material_id, path in adopt_existing(project):
-        print(f"{material_id}: found and linked {path}")
-    project = Project.open(args.project)
-    ids = set(args.id or [])
-    unknown = ids - {m.id for m in project.pack.project_materials(project)}
-    if unknown:
-        raise TrainerError(f"{', '.join(sorted(unknown))}: no such material in {project.pack.id}; "
-                           f"choose from {', '.join(m.id for m in project.pack.project_materials(project))}.")
-    failed = 0
-    for m in project.pack.project_materials(project):
-        if (ids and m.id not in ids) or (not ids and not wanted(project, m)) or (args.required_only and not m.required):
-            continue
-        if m.kind == "local_file":
-            st = material_status(project, m)
-            print(f"{m.id}: {st.status}" + ("" if st.status == "ready" else f" — {m.hint or 'pick the file'} "
-                                             f"(gguf-trainer set --project DIR --set materials.{m.id}.path=FILE)"))
-            continue
-        try:
-            listing = list_files(m, token_for(project))
-        except Exception as e:      # noqa: BLE001 — offline, refused, unknown repo: say which
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            print(f"{m.id}: cannot list {m.repo} on the Hub ({first}); check the network, HF_ENDPOINT or "
-                  f"the token and run the command again", file=sys.stderr)
-            failed += 1
-            continue
-        if material_status(project, m, listing).status == "ready":
-            print(f"{m.id}: ready")
-            continue
-        with material_lock(project, m.id) as held:
-            if not held:
-                print(f"{m.id}: a detached download is already fetching it")
-                continue
-            try:
-                print(f"{m.id}: downloading {m.repo} ({m.size_hint or 'size from the Hub'})", flush=True)
-                download(project, m, _progress_line(m.id))
-                print(f"\r{m.id}: ready" + " " * 40)
-            except DownloadError as e:
-                print(f"\n{m.id}: {e}", file=sys.stderr)
-                failed += 1
-            except KeyboardInterrupt:
-                print(f"\n{m.id}: interrupted; run the same command again to continue where it stopped",
-                      file=sys.stderr)
-                return 130
-    return 1 if failed else 0
-
-
-def _progress_line(material_id: str):
-    def show(event: dict[str, Any]) -> None:
-        if event.get("type") == "progress" and event.get("total"):
-            pct = 100 * event["count"] / event["total"]
-            rate = event.get("rate") or 0
-            eta = f", ETA {event['eta_s']:.0f} s" if event.get("eta_s") is not None else ""
-            print(f"\r{material_id}: {pct:5.1f}% of {event['total'] / 2**20:.1f} MiB, {rate / 2**20:.1f} MiB/s{eta}   ",
-                  end="", file=sys.stderr, flush=True)
-    return show
-
-
-def cmd_snapshot(args: argparse.Namespace) -> int:
-    from trainer_core.snapshot import LOG_FILE, start_job, take_snapshot
-    project = Project.open(args.project)
-    if args.detach:
-        pid = start_job(project, args.checkpoint, args.eval, not args.no_fresh, args.device, args.timeout)
-        print(f"snapshot job launched (pid {pid}), logging to {project.root / LOG_FILE}")
-        return 0
-    entry = take_snapshot(project, args.checkpoint, not args.no_fresh, args.eval, args.device, args.timeout,
-                          say=lambda m: print(m, flush=True))
-    val = f", val cos {entry['val_cos']:.5f}" if entry["val_cos"] is not None else ""
-    print(f"{entry['path']}  (step {entry['step']}/{entry['planned_steps']}, {entry['checkpoint']}{val})")
-    if entry["eval"]:
-        print("  eval: " + ", ".join(f"{k} {v:.5f}" if isinstance(v, float) else f"{k} {v}"
-                                     for k, v in entry["eval"].items()))
-    return 0
-
-
 def cmd_reset(args: argparse.Namespace) -> int:
     from trainer_core.resets import reset
     project = Project.open(args.project)
@@ -451,80 +389,6 @@ def cmd_reset(args: argparse.Namespace) -> int:
 def cmd_packs(args: argparse.Namespace) -> int:
     for pack in PACKS.values():
         print(f"{pack.id:<20} {pack.title}")
-    return 0
-
-
-def cmd_inspect(args: argparse.Namespace) -> int:
-    from trainer_core.inspect_file import describe_gguf
-    info = describe_gguf(args.file)
-    if args.json:
-        print(json.dumps(info, indent=2, default=str))
-    else:
-        print(f"{info['file']}: {info['kind']} GGUF, {info['tensors']} tensors "
-              f"({', '.join(f'{n} {t}' for t, n in sorted(info['dtypes'].items()))}), {info['size']:,} bytes")
-        if info.get("variant"):
-            print(f"  variant: {info['variant']}")
-        for key, value in (info.get("config") or {}).items():
-            print(f"  {key}: {value}")
-        for key, value in info["kvs"].items():
-            print(f"  kv {key} = {value!r}")
-        for p in info["problems"]:
-            print(f"  PROBLEM{'' if p['fatal'] else ' (runs, but not what gguf-trainer writes)'}: {p['message']}")
-        if not info["problems"]:
-            print("  layout: OK")
-    return 1 if info["problems"] else 0
-
-
-def cmd_infer(args: argparse.Namespace) -> int:
-    from trainer_core.base.errors import UsageError
-    from trainer_core.contract.gguf_io import read_adapter_gguf
-    from trainer_core.infer import compare_rows, read_ids, read_rows, run_adapter, save_rows
-    from trainer_core.contract.losses import health_verdict
-
-    adapter = read_adapter_gguf(args.adapter)
-    c = adapter.config
-    prompt_mode = [args.student, args.tokenizer, args.pack, args.prompt]
-    given = sum(x is not None for x in prompt_mode)
-    if not ((args.hidden is not None and given == 0) or (args.hidden is None and given == 4)):
-        raise UsageError("Give the student states with --hidden FILE, or --student, --tokenizer, --pack and "
-                         "--prompt to compute them (one of the two).")
-    if args.hidden is not None:
-        hidden = read_rows(args.hidden, c.in_dim, "--hidden")
-    else:
-        from trainer_core.packs import get_pack
-        from trainer_core.contract.student import load_student
-        pack = get_pack(args.pack)
-        student = load_student(args.student, args.tokenizer)
-        if student.hidden_size != c.in_dim:
-            raise UsageError(f"the student's hidden size is {student.hidden_size} but the adapter reads "
-                             f"{c.in_dim}-wide states; pass the student it was trained against.")
-        states, _ = student.encode([pack.format_prompt(args.prompt)])
-        hidden = states[0].numpy()
-    if args.vis and not c.vis_dim:
-        raise UsageError(f"--vis is only for adapters with a vision input; this one is a {c.kind}.")
-    t5_ids = read_ids(args.t5_ids) if args.t5_ids else None
-    vis = read_rows(args.vis, c.vis_dim, "--vis") if args.vis else None
-    rows = run_adapter(adapter, hidden, t5_ids, vis)
-    result: dict[str, Any] = {"adapter": str(adapter.path), "variant": c.kind, "input_rows": int(hidden.shape[0]),
-                              "output_shape": list(rows.shape)}
-    if args.out:
-        save_rows(args.out, rows)
-        result["out"] = args.out
-    if args.compare:
-        cmp = compare_rows(rows, read_rows(args.compare, c.out_dim, "--compare"))
-        result.update(compare=args.compare, rows_compared=cmp.rows, first_row=cmp.first_row, cos=cmp.cos,
-                      cos_centered=cmp.cos_centered, rel_mse=cmp.rel_mse, verdict=health_verdict(cmp.cos_centered))
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    print(f"{result['variant']} adapter: {result['input_rows']} student rows -> output "
-          f"{result['output_shape'][0]} x {result['output_shape'][1]}")
-    if args.out:
-        print(f"wrote {args.out}")
-    if args.compare:
-        print(f"against {args.compare} ({cmp.rows} rows from row {cmp.first_row}): cos {cmp.cos:.6f}  "
-              f"centred cos {cmp.cos_centered:.6f}  rel_mse {cmp.rel_mse:.6g}")
-        print(result["verdict"])
     return 0
 
 

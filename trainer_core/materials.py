@@ -14,9 +14,11 @@ moving it into place, so a kill, a crash or a reboot never costs the bytes alrea
 watchdog. The Hub address is `HF_ENDPOINT` read at call time; the token is the project's
 `hf_token` or `HF_TOKEN` and is never logged.
 
-Jobs: `python -m trainer_core.materials --project DIR --id ID` runs detached, holding
+Jobs: `python -m trainer_core.materials --project DIR --id ID` runs detached (jobs.py: its pid,
+status and log are `materials/.downloads/<id>.pid|.status|.log`), holding
 `materials/.downloads/<id>.lock` for its whole life: a second job for the same material finds the
-lock held and exits at once, so two requests never make two downloads.
+lock held and exits at once, so two requests never make two downloads. Whether a download runs is
+decided by that lock, and a job that died is not a failure: its partial files are resumed.
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ import argparse
 import contextlib
 import fnmatch
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -33,16 +34,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from trainer_core.base.atomic import atomic_write_json, read_json
 from trainer_core.base.errors import TrainerError, UsageError
+from trainer_core.base.events import Report, Reporter
 from trainer_core.base.locks import FileLock
+from trainer_core.jobs import JobFiles, JobReport, launch, read_status, run_job as run_detached
 from trainer_core.project import Project, default_projects_root
 
 if TYPE_CHECKING:
     from trainer_core.packs.base import Material
 
 __all__ = ["HubFile", "MaterialStatus", "list_files", "material_status", "all_statuses", "discover", "adopt_existing",
-           "download", "start_job", "job_running", "material_lock", "wanted", "DownloadError", "MATERIALS_ENV", "PARTIAL_DIR"]
+           "download", "start_job", "job_running", "job_files", "run_job", "material_lock", "wanted", "DownloadError",
+           "MATERIALS_ENV", "PARTIAL_DIR"]
 
 MATERIALS_ENV = "GGUF_TRAINER_MATERIALS"
 STALL_ENV = "GGUF_TRAINER_STALL_S"
@@ -51,7 +54,7 @@ CHUNK = 1 << 20
 
 
 class DownloadError(TrainerError):
-    pass
+    """A download the Hub refused, that failed its size or hash check, or that does not fit."""
 
 
 @dataclass(frozen=True)
@@ -117,14 +120,19 @@ def downloads_dir(project: Project) -> Path:
     return project.materials_dir / ".downloads"
 
 
-def _job_paths(project: Project, material_id: str) -> dict[str, Path]:
+def _lock_path(project: Project, material_id: str) -> Path:
+    return downloads_dir(project) / f"{material_id}.lock"
+
+
+def job_files(project: Project, material_id: str) -> JobFiles:
     base = downloads_dir(project)
-    return {k: base / f"{material_id}.{k}" for k in ("lock", "status", "log")}
+    return JobFiles(status=base / f"{material_id}.status", pid=base / f"{material_id}.pid",
+                    log=base / f"{material_id}.log", what=f"the download of {material_id}")
 
 
 def job_running(project: Project, material_id: str) -> bool:
     """A job holds the material's lock for its whole life."""
-    lock_path = _job_paths(project, material_id)["lock"]
+    lock_path = _lock_path(project, material_id)
     if not lock_path.exists():
         return False
     probe = FileLock(lock_path)
@@ -166,7 +174,8 @@ def material_status(project: Project, material: "Material", listing: list[HubFil
         where = None
     st = MaterialStatus(material.id, material.title, material.kind, material.required, "missing",
                         str(where) if where else None, linked=linked, online=listing is not None)
-    job = read_json(_job_paths(project, material.id)["status"], {}) or {}
+    # as recorded: a job that died left resumable partial files, not a failure to show
+    job = read_status(job_files(project, material.id), liveness=False)
     if job.get("status") == "failed":
         st.error = str(job.get("error", "")).splitlines()[0] if job.get("error") else "failed"
     if material.kind == "local_file":
@@ -192,7 +201,7 @@ def material_status(project: Project, material: "Material", listing: list[HubFil
             "partial" if st.bytes_done else "missing")
     if st.status != "ready" and job_running(project, material.id):
         st.status = "downloading"
-        st.bytes_done = max(st.bytes_done, int(job.get("bytes_done", 0)))
+        st.bytes_done = max(st.bytes_done, int((job.get("progress") or {}).get("count", 0)))
     return st
 
 
@@ -344,7 +353,8 @@ def _fetch(material: "Material", f: HubFile, part: Path, token: str | None, stal
             say({"type": "log", "level": "warning", "message":
                  f"{f.path}: {type(e).__name__} after {got} new bytes; resuming at byte {before + got}"})
             if fruitless >= 20:
-                raise DownloadError(f"{material.repo}/{f.path}: no progress after 20 tries ({type(e).__name__})") from None
+                raise DownloadError(f"{material.repo}/{f.path}: no progress after 20 tries "
+                                    f"({type(e).__name__})") from None
 
 
 def download(project: Project, material: "Material", say: Callable[[dict[str, Any]], None] = lambda e: None) -> None:
@@ -400,27 +410,22 @@ def download(project: Project, material: "Material", say: Callable[[dict[str, An
 
 def start_job(project: Project, material_id: str) -> int | None:
     """Launch the detached download job of one material; None when one is already running."""
-    from trainer_core.runner import child_env, launch_detached
     material = project.pack.material(material_id)
     if material.kind != "hf_snapshot":
         raise UsageError(f"{material.title} is a local file; it cannot be downloaded.")
     if job_running(project, material_id):
         return None
-    paths = _job_paths(project, material_id)
-    paths["lock"].parent.mkdir(parents=True, exist_ok=True)
-    env = {"PYTHONUNBUFFERED": "1"}
-    if token_for(project):
-        env["HF_TOKEN"] = token_for(project) or ""
+    token = token_for(project)
+    env = {"HF_TOKEN": token} if token else None    # in the environment, never on the command line
     argv = [sys.executable, "-m", "trainer_core.materials", "--project", str(project.root), "--id", material_id]
-    return launch_detached(argv, cwd=project.root, log_path=paths["log"],
-                           pid_path=paths["lock"].with_suffix(".pid"), env=child_env(env))
+    return launch(job_files(project, material_id), argv, cwd=project.root, env=env)
 
 
 @contextlib.contextmanager
 def material_lock(project: Project, material_id: str) -> Iterator[bool]:
     """Hold the material's download lock for the block; yields False (holding nothing) when a job
     or a foreground download already has it."""
-    path = _job_paths(project, material_id)["lock"]
+    path = _lock_path(project, material_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(path)
     if not lock.acquire():
@@ -432,36 +437,24 @@ def material_lock(project: Project, material_id: str) -> Iterator[bool]:
         lock.release()
 
 
+def _as_say(report: Report) -> Callable[[dict[str, Any]], None]:
+    """`download`'s callback (flat {"type", ...} dicts, what the CLI's progress line reads) as
+    events through `report`."""
+    def say(event: dict[str, Any]) -> None:
+        report(event["type"], **{k: v for k, v in event.items() if k != "type"})
+    return say
+
+
 def run_job(project: Project, material_id: str) -> int:
     """The job's body: hold the lock, download, record the outcome in the status file."""
     with material_lock(project, material_id) as held:
-        if not held:
-            print(json.dumps({"type": "log", "level": "info", "message": "another job is downloading this material"}))
+        if not held:    # the other job owns the status file: say so in the log only
+            Reporter()("log", level="info", message="another job is downloading this material")
             return 0
-        return _run_locked(project, material_id)
-
-
-def _run_locked(project: Project, material_id: str) -> int:
-    paths = _job_paths(project, material_id)
-    status: dict[str, Any] = {"status": "running", "started": time.time(), "pid": os.getpid()}
-    atomic_write_json(paths["status"], status)
-
-    def say(event: dict[str, Any]) -> None:
-        print(json.dumps(event), flush=True)
-        if event["type"] == "progress":
-            status.update(bytes_done=event["count"], bytes_total=event["total"], rate=event.get("rate"),
-                          eta_s=event.get("eta_s"))
-            atomic_write_json(paths["status"], status)
-    try:
-        download(project, project.pack.material(material_id), say)
-    except Exception as e:      # noqa: BLE001 — recorded for the GUI, then the exit code says failed
-        status.update(status="failed", error=str(e) or type(e).__name__, finished=time.time())
-        atomic_write_json(paths["status"], status)
-        print(json.dumps({"type": "error", "message": str(e)}), flush=True)
-        return 1
-    status.update(status="done", finished=time.time())
-    atomic_write_json(paths["status"], status)
-    return 0
+        report = JobReport(job_files(project, material_id))
+        # every failure (the Hub, the network, the disk) is a message for the user, not a bug
+        return run_detached(report, lambda: download(project, project.pack.material(material_id), _as_say(report)),
+                            expected=(Exception,))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -473,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         project = Project.open(args.project)
         return run_job(project, args.id)
     except TrainerError as e:
-        print(json.dumps({"type": "error", "message": str(e)}), flush=True)
+        Reporter()("error", message=str(e))
         return e.exit_code
 
 

@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 import psutil
 
-from trainer_core.base.atomic import atomic_write_json, atomic_write_text, read_json
+from trainer_core.base.atomic import atomic_write_text
 from trainer_core.base.errors import AlreadyRunningError
 from trainer_core.base.locks import FileLock
 from trainer_core.base.procs import LOCK_FD_ENV, pid_alive, read_pid_file, write_pid_file

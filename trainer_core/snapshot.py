@@ -7,26 +7,29 @@ While the train stage runs, a fresh snapshot drops a SNAPSHOT file and waits (bo
 the trainer to validate and save last.pt at its current step — training is not interrupted.
 Otherwise the checkpoint on disk is exported as it is. The file is
 <output_dir>/<name>-step<N>-f16.gguf beside the final export, never copied to export.copy_to.
-As a detached job (GUI, `gguf-trainer snapshot --detach`) it keeps .snapshot.status,
-.snapshot.pid and snapshot.log in the project.
+As a detached job (GUI, `gguf-trainer snapshot --detach`; the runtime is jobs.py) it keeps
+.snapshot.status, .snapshot.pid and snapshot.log in the project; its status events carry the
+phase ("phase") and, when done, the snapshot's step, path and val_cos.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-import traceback
 from typing import Any, Callable
 
 from trainer_core.base.atomic import atomic_write_json, read_json
-from trainer_core.base.errors import TrainerError
-from trainer_core.contract.adapter_export import checkpoint_path, export_checkpoint, load_checkpoint
+from trainer_core.base.errors import AlreadyRunningError, TrainerError
+from trainer_core.base.events import Reporter
+from trainer_core.contract import checkpoints
+from trainer_core.contract.adapter_export import export_checkpoint
 from trainer_core.base.locks import FileLock
 from trainer_core.project import Project
-from trainer_core.runner import pid_alive, read_pid_file, runtime_status
+from trainer_core.jobs import JobFiles, JobReport, launch, read_status, run_job
+from trainer_core.runner import runtime_status
 
-__all__ = ["take_snapshot", "read_manifest", "job_status", "start_job", "main", "STATUS_FILE", "PID_FILE", "LOG_FILE"]
+__all__ = ["take_snapshot", "read_manifest", "job_files", "job_status", "start_job", "main", "STATUS_FILE", "PID_FILE",
+           "LOG_FILE"]
 
 STATUS_FILE, PID_FILE, LOG_FILE = ".snapshot.status", ".snapshot.pid", "snapshot.log"
 
@@ -70,23 +73,23 @@ def take_snapshot(project: Project, checkpoint: str = "last", fresh: bool = True
     while_training = _training_now(project)
     if fresh and while_training and checkpoint in ("last", "best"):
         _wait_for_trainer(project, timeout, say)
-    path = checkpoint_path(project, checkpoint)
+    path = checkpoints.weights_path(project, checkpoint)
     if not path.is_file():
-        kept = sorted(p.stem for p in (project.checkpoints_dir / "history").glob("step*.pt"))
+        kept = sorted(row["id"] for row in checkpoints.kept_steps(project))
         if checkpoint.startswith("step"):
             raise TrainerError(f"There is no kept step {checkpoint}; kept steps: {', '.join(kept) or 'none'}.")
-        if checkpoint == "last" and (project.checkpoints_dir / "best.pt").is_file():
+        if checkpoint == checkpoints.LAST and checkpoints.exists(project, checkpoints.BEST):
             raise TrainerError("checkpoints/last.pt is missing but best.pt exists; use --checkpoint best.")
         raise TrainerError("There is no checkpoint yet: the train stage has not saved anything to snapshot.")
-    ck = load_checkpoint(path)
+    ck = checkpoints.load(path)
     step = int(ck["step"])
     out = project.gguf_path(step=step)
     say(f"exporting {path.name} (step {step}) to {out}")
     export_checkpoint(project, ck, out, checkpoint, snapshot=True)
-    sidecar = read_json(path.with_suffix(".json"), {}) or {}
-    entry = {"id": f"step{step}-{checkpoint}", "step": step,
-             "planned_steps": int((ck.get("train_config") or {}).get("steps", step)), "checkpoint": checkpoint,
-             "val_cos": sidecar.get("val_cos"), "best_val_cos": ck.get("best_val_cos"), "path": str(out),
+    sidecar = checkpoints.read_sidecar(project, checkpoint)
+    planned = ck.get("planned_steps") or (ck.get("train_config") or {}).get("steps", step)
+    entry = {"id": f"step{step}-{checkpoint}", "step": step, "planned_steps": int(planned), "checkpoint": checkpoint,
+             "val_cos": sidecar and sidecar.val_cos, "best_val_cos": ck.get("best_val_cos"), "path": str(out),
              "name": out.name, "size": out.stat().st_size, "time": time.time(), "while_training": while_training,
              "eval": None}
     _record(project, entry)
@@ -104,29 +107,26 @@ def take_snapshot(project: Project, checkpoint: str = "last", fresh: bool = True
     return entry
 
 
+def job_files(project: Project) -> JobFiles:
+    return JobFiles(status=project.root / STATUS_FILE, pid=project.root / PID_FILE, log=project.root / LOG_FILE,
+                    what="the snapshot process")
+
+
 def job_status(project: Project) -> dict[str, Any]:
     """The snapshot job's status; a "running" status whose process died reads as failed."""
-    status = read_json(project.root / STATUS_FILE, {}) or {}
-    if status.get("status") == "running" and not pid_alive(read_pid_file(project.root / PID_FILE)):
-        status = {**status, "status": "failed", "error": f"the snapshot process died (see {LOG_FILE})"}
-    return status
+    return read_status(job_files(project))
 
 
 def start_job(project: Project, checkpoint: str = "last", evaluate: bool = False, fresh: bool = True,
               device: str | None = None, timeout: float = 1800.0) -> int:
     """Launch the snapshot job detached (`.snapshot.status` tells its phase); refused while one runs."""
-    import sys as _sys
-
-    from trainer_core.base.errors import AlreadyRunningError
-    from trainer_core.runner import child_env, launch_detached
     if job_status(project).get("status") == "running":
         raise AlreadyRunningError("A snapshot export is already running; wait for it to finish.")
-    argv = [_sys.executable, "-m", "trainer_core.snapshot", "--project", str(project.root),
+    argv = [sys.executable, "-m", "trainer_core.snapshot", "--project", str(project.root),
             "--checkpoint", checkpoint, "--timeout", str(timeout)]
     argv += (["--eval"] if evaluate else []) + ([] if fresh else ["--no-fresh"])
     argv += ["--device", device] if device else []
-    return launch_detached(argv, cwd=project.root, log_path=project.root / LOG_FILE,
-                           pid_path=project.root / PID_FILE, env=child_env())
+    return launch(job_files(project), argv, cwd=project.root)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,33 +141,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         project = Project.open(args.project)
     except TrainerError as e:
-        print(str(e), file=sys.stderr)
+        Reporter()("error", message=str(e))
         return e.exit_code
-    status_path = project.root / STATUS_FILE
-    status: dict[str, Any] = {"status": "running", "phase": "starting", "checkpoint": args.checkpoint,
-                              "eval": args.eval, "started": time.time(), "pid": os.getpid()}
+    report = JobReport(job_files(project), phase="starting", checkpoint=args.checkpoint, eval=args.eval)
 
     def say(phase: str) -> None:
-        status["phase"] = phase
-        atomic_write_json(status_path, status)
-        print(phase, flush=True)
-    say("starting")
-    try:
+        report("status", status="running", phase=phase)
+
+    def body() -> dict[str, Any]:
+        say("starting")
         entry = take_snapshot(project, args.checkpoint, not args.no_fresh, args.eval, args.device, args.timeout, say)
-        status.update(status="done", phase="done", step=entry["step"], path=entry["path"], val_cos=entry["val_cos"],
-                      finished=time.time())
-        atomic_write_json(status_path, status)
-        return 0
-    except TrainerError as e:
-        status.update(status="failed", error=str(e), finished=time.time())
-        atomic_write_json(status_path, status)
-        print(str(e), file=sys.stderr)
-        return 1
-    except Exception as e:  # a bug: the traceback goes to snapshot.log
-        traceback.print_exc()
-        status.update(status="failed", error=f"{type(e).__name__}: {e}", finished=time.time())
-        atomic_write_json(status_path, status)
-        return 1
+        return {"phase": "done", "step": entry["step"], "path": entry["path"], "val_cos": entry["val_cos"]}
+    return run_job(report, body)
 
 
 if __name__ == "__main__":

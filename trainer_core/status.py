@@ -6,16 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from trainer_core.base.atomic import read_json
+from trainer_core.base.errors import TrainerError
+from trainer_core.contract import checkpoints
+from trainer_core.contract.shards import shard_files
+from trainer_core.packs.base import PIG_CLIP_WIDTH
 from trainer_core.materials import all_statuses
 from trainer_core.project import Project
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import job_status, read_manifest
 from trainer_core.stages import STAGES, stage_done
-from trainer_core.stages.export import ggk_command
 
-__all__ = ["status_report", "STAGE_DETAILS", "output_files", "kept_steps"]
+__all__ = ["status_report", "STAGE_DETAILS", "output_files", "shard_disk_estimate"]
 
-STAGE_DETAILS = ("detail", "count", "total", "unit", "step", "steps", "val_cos", "best_val_cos", "error",
+STAGE_DETAILS = ("detail", "count", "total", "unit", "step", "planned_steps", "val_cos", "best_val_cos", "error",
                  "eta_s", "rate")
 
 
@@ -28,25 +31,41 @@ def output_files(project: Project) -> list[dict[str, Any]]:
         if path.name == f"{name}-f16.gguf" or path.name.startswith(f"{name}-step"):
             st = path.stat()
             files.append({"name": path.name, "path": str(path), "size": st.st_size, "mtime": st.st_mtime})
-    if project.pack.id == "llada_image":
-        from trainer_core.packs.llada_image.sigvq import sigvq_path
-        extra = sigvq_path(project)
-        if extra.is_file():
-            st = extra.stat()
-            files.append({"name": extra.name, "path": str(extra), "size": st.st_size, "mtime": st.st_mtime})
+    for extra in project.pack.extra_outputs(project):         # what the pack exports beside the adapter
+        st = extra.stat()
+        files.append({"name": extra.name, "path": str(extra), "size": st.st_size, "mtime": st.st_mtime})
     return files
 
 
-def kept_steps(project: Project) -> list[dict[str, Any]]:
-    """Kept steps (train.history), newest first, from their sidecars."""
-    folder = project.checkpoints_dir / "history"
-    rows = []
-    for sidecar in folder.glob("step*.json") if folder.is_dir() else []:
-        info = read_json(sidecar, {}) or {}
-        weights = sidecar.with_suffix(".pt")
-        if isinstance(info.get("step"), int) and weights.is_file():
-            rows.append({**info, "size": weights.stat().st_size, "path": str(weights)})
-    return sorted(rows, key=lambda r: -r["step"])
+def _student_width(project: Project) -> int:
+    """The student's hidden size from its config where the tokenizer folder has one."""
+    folder = project.pack.resolve_material(project, "student_tokenizer")
+    config = read_json(folder / "config.json", None) if folder is not None else None
+    width = config.get("hidden_size") if isinstance(config, dict) else None
+    return width if isinstance(width, int) and width > 0 else PIG_CLIP_WIDTH
+
+
+def shard_disk_estimate(project: Project) -> dict[str, Any]:
+    """Bytes the shards will take: measured on the shards written so far, else from the pack's
+    shapes (the teacher's config, or the real teacher's reference shapes before it is on disk).
+    {samples, per_sample (None: not known before the first shard), total, source}."""
+    c = project.settings.corpus
+    samples = (c.n_image + c.n_two + c.n_text + c.n_val_image + c.n_val_text) if project.pack.corpus_kind == "image" \
+        else c.n_train + c.n_val
+    files = shard_files(project, "train") + shard_files(project, "val")
+    if files:
+        from trainer_core.contract.shards import Shard
+        done = sum(len(Shard(f)) for f in files)
+        per = sum(f.stat().st_size for f in files) / max(done, 1)
+        source = f"measured on {done} samples"
+    else:
+        try:
+            dims, source = project.pack.teacher_dims(project), "estimated from the pack's shapes"
+        except TrainerError:          # the teacher is not downloaded yet: the real teacher's shapes
+            dims, source = dict(project.pack.reference_dims), "estimated from the real teacher's shapes"
+        per = project.pack.shard_bytes(project, dims, _student_width(project)) if dims else None
+    return {"samples": samples, "per_sample": per, "total": None if per is None else per * samples,
+            "source": source if per is not None else "known after the first shard"}
 
 
 def status_report(project: Project) -> dict[str, Any]:
@@ -59,16 +78,16 @@ def status_report(project: Project) -> dict[str, Any]:
         stages.append({"name": spec.name, "title": spec.title, "done": done,
                        "status": "done" if done else entry.get("status", "-"),
                        **({} if done else {k: entry[k] for k in STAGE_DETAILS if k in entry})})
-    last = read_json(project.checkpoints_dir / "last.json", None)
-    best = read_json(project.checkpoints_dir / "best.json", None)
+    last, best = (checkpoints.read_sidecar(project, which) for which in (checkpoints.LAST, checkpoints.BEST))
     return {"project": str(project.root), "pack": project.pack.id, "name": project.settings.name,
             "status": info["status"], "pid": info["pid"], "stage_pid": info["stage_pid"],
             "run": state.get("run"), "stage": state.get("stage"), "error": state.get("error"),
             "planned_steps": project.settings.train.steps, "stages": stages,
-            "checkpoints": {"last": last, "best": best}, "export": str(project.gguf_path()),
-            "ggk_command": ggk_command(project) if project.gguf_path().is_file() else None,
+            "checkpoints": {"last": last and last.to_dict(), "best": best and best.to_dict()},
+            "export": str(project.gguf_path()),
+            "ggk_command": project.pack.ggk_command(project) if project.gguf_path().is_file() else None,
             "ggk_edit_args": project.pack.ggk_edit_args,
             "snapshots": read_manifest(project), "snapshot_job": job_status(project),
-            "outputs": output_files(project), "kept_steps": kept_steps(project),
+            "outputs": output_files(project), "kept_steps": checkpoints.kept_steps(project),
             "eval": read_json(project.eval_json, None), "metric_names": list(project.pack.metric_names),
             "materials": [m.to_dict() for m in all_statuses(project, online=False)]}

@@ -9,7 +9,6 @@ pipeline process every few seconds. The GUI's timer ticks only copy the view
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainer_core.base.errors import TrainerError
-from trainer_core.base.events import EventTailer
+from trainer_core.base.events import EventTailer, JsonLinesTailer
 from trainer_core.base.hardware import ProcessWatch, disk_free_gib, machine_reading
 from trainer_core.project import Project
 from trainer_core.runner import kill_pipeline, request_stop, runtime_status, start_pipeline
@@ -42,7 +41,6 @@ def downsample(points: list[dict[str, Any]], limit: int = CHART_POINTS) -> list[
     return picked
 
 
-
 def merge_progress(progress: dict[str, dict[str, Any]], stage: str, payload: dict[str, Any], at: Any) -> None:
     """The stage's latest progress; a stage run over several ranks also keeps each rank's latest
     under "ranks" (rank → progress), so the strip can show them side by side."""
@@ -52,44 +50,6 @@ def merge_progress(progress: dict[str, dict[str, Any]], stage: str, payload: dic
         ranks[int(payload["rank"])] = entry
         entry["ranks"] = ranks
     progress[stage] = entry
-
-class _Lines:
-    """New whole JSON lines of a file that is appended to, and sometimes rewritten shorter
-    (a resume truncates the metric series): then everything is read again."""
-
-    def __init__(self, path: Path):
-        self.path, self.offset, self.identity = path, 0, None
-
-    def read(self) -> tuple[list[dict[str, Any]], bool]:
-        """(new records, restarted): restarted means the caller must drop what it had."""
-        try:
-            st = self.path.stat()
-        except (FileNotFoundError, NotADirectoryError):
-            restarted = self.offset > 0
-            self.offset, self.identity = 0, None
-            return [], restarted
-        restarted = False
-        identity = (st.st_dev, st.st_ino)
-        if identity != self.identity or st.st_size < self.offset:      # replaced (atomic rewrite) or shrunk
-            restarted, self.offset, self.identity = self.offset > 0 or self.identity is not None, 0, identity
-        if st.st_size == self.offset:
-            return [], restarted
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            chunk = f.read()
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return [], restarted
-        self.offset += end + 1
-        out = []
-        for line in chunk[:end + 1].splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                out.append(record)
-        return out, restarted
 
 
 class LiveView:
@@ -103,8 +63,9 @@ class LiveView:
         self._lock = threading.Lock()
         self._events = EventTailer(self.project.events_jsonl)
         self._events.offset = self.project.events_jsonl.stat().st_size if self.project.events_jsonl.is_file() else 0
-        self._metrics = _Lines(self.project.checkpoints_dir / "metrics.jsonl")
-        self._val = _Lines(self.project.checkpoints_dir / "val.jsonl")
+        # a resume rewrites these shorter (atomically): the tailer then restarts and so does the chart
+        self._metrics = JsonLinesTailer(self.project.checkpoints_dir / "metrics.jsonl")
+        self._val = JsonLinesTailer(self.project.checkpoints_dir / "val.jsonl")
         self._log_offset: int | None = None
         self._process = ProcessWatch()
         self.train_points: list[dict[str, Any]] = []
@@ -150,8 +111,8 @@ class LiveView:
         return bool(events)
 
     def _read_metrics(self) -> None:
-        new_train, restart_train = self._metrics.read()
-        new_val, restart_val = self._val.read()
+        new_train, restart_train = self._metrics.poll(max_bytes=None)
+        new_val, restart_val = self._val.poll(max_bytes=None)
         if not (new_train or new_val or restart_train or restart_val):
             return
         with self._lock:

@@ -8,17 +8,18 @@ processes the Supervisor only watches.
 """
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import os
 import secrets
 import sys
 import webbrowser
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
 
 from trainer_core import __version__
+from trainer_core.cli import DEFAULT_PORT
 from trainer_core.project import default_projects_root, user_dir
 from trainer_core.supervisor import Supervisor
 
@@ -26,13 +27,27 @@ from ui import hardware_tab, logs_tab, output_tab, setup_tab, train_tab
 from ui.context import Ctx
 from ui.paths import PathPolicy
 
-__all__ = ["build_app", "make_context", "launch_policy", "LaunchRefused", "main", "serve"]
+__all__ = ["build_app", "make_context", "launch_policy", "LaunchRefused", "main", "serve", "ServeOptions"]
 
 MATERIALS_ENV, ALLOWED_ENV = "GGUF_TRAINER_MATERIALS", "GGUF_TRAINER_ALLOWED_DIRS"
 
 
 class LaunchRefused(ValueError):
     """A launch the policy does not allow; the message says what to add."""
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How the GUI is served (`gguf-trainer serve --help` has the flags)."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    open_browser: bool = True
+    share: bool = False
+    auth: str | None = None
+    projects_root: str | None = None
+    allow_dirs: tuple[str, ...] = ()
+    demo_pack: str | None = None          # build (once) and start this pack's demo
 
 
 def make_context(projects_root: str | os.PathLike | None = None, demo_root: str | os.PathLike | None = None,
@@ -101,7 +116,7 @@ def launch_policy(host: str, share: bool, auth: str | None) -> tuple[tuple[str, 
     return (user, password), None
 
 
-def serve(ctx: Ctx, host: str = "127.0.0.1", port: int = 8655, share: bool = False, auth: str | None = None,
+def serve(ctx: Ctx, host: str = "127.0.0.1", port: int = DEFAULT_PORT, share: bool = False, auth: str | None = None,
           open_browser: bool = True, block: bool = True) -> tuple[gr.Blocks, str]:
     credentials, shown = launch_policy(host, share, auth)
     app = build_app(ctx)
@@ -111,7 +126,8 @@ def serve(ctx: Ctx, host: str = "127.0.0.1", port: int = 8655, share: bool = Fal
         prevent_thread_lock=True, quiet=True, show_error=True, inbrowser=False,
         blocked_paths=[str(user_dir())], max_file_size="1mb", enable_monitoring=False)
     url = share_url or local_url
-    print(f"gguf-trainer {__version__} at {local_url}" + (f" (public link: {share_url})" if share_url else ""), flush=True)
+    public = f" (public link: {share_url})" if share_url else ""
+    print(f"gguf-trainer {__version__} at {local_url}{public}", flush=True)
     if shown:
         print(f"login: user 'trainer', password {shown} (shown once; restart to change it)", flush=True)
     if open_browser:
@@ -124,16 +140,16 @@ def serve(ctx: Ctx, host: str = "127.0.0.1", port: int = 8655, share: bool = Fal
     return app, url
 
 
-def main(args: argparse.Namespace) -> int:
-    """`gguf-trainer serve` / `python app.py` (the CLI parsed the arguments)."""
+def main(options: ServeOptions) -> int:
+    """`gguf-trainer serve` / `python app.py` (ui/launcher.py parsed the arguments)."""
     try:
-        launch_policy(args.host, args.share, args.auth if args.auth != "generate" else "generate")
+        launch_policy(options.host, options.share, options.auth)
     except LaunchRefused as e:
         print(f"gguf-trainer: {e}", file=sys.stderr)
         return 2
-    ctx = make_context(args.projects_root, allow=args.allow_dir)
-    if args.demo:
-        root = setup_tab.run_demo(ctx, args.demo_pack)[0]
+    ctx = make_context(options.projects_root, allow=list(options.allow_dirs))
+    if options.demo_pack:
+        root = setup_tab.run_demo(ctx, options.demo_pack)[0]
         print(f"demo: {root or 'could not be started (see the GUI)'}", flush=True)
-    serve(ctx, args.host, args.port, args.share, args.auth, open_browser=not args.no_browser)
+    serve(ctx, options.host, options.port, options.share, options.auth, open_browser=options.open_browser)
     return 0

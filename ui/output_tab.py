@@ -11,6 +11,7 @@ import gradio as gr
 import pandas as pd
 
 from trainer_core.base.errors import TrainerError
+from trainer_core.contract import checkpoints
 from trainer_core.project import Project
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import job_status
@@ -85,7 +86,7 @@ def export_again(ctx: Ctx, project_path: str | None) -> str:
         return banner("Open or create a project first.")
     try:
         project = Project.open(project_path)
-        if not (project.checkpoints_dir / "best.pt").is_file():
+        if not checkpoints.exists(project, checkpoints.BEST):
             return banner("There is no best.pt yet: train first.")
         if runtime_status(project)["status"] == "running":
             return banner("The pipeline is running; export follows training on its own.")
@@ -102,12 +103,7 @@ def delete_kept_step(ctx: Ctx, project_path: str | None, which: str | None) -> s
         project = Project.open(project_path)
         if job_status(project).get("status") == "running":
             return banner("A snapshot export is running; delete kept steps after it finishes.")
-        folder = project.checkpoints_dir / "history"
-        weights = folder / f"{which}.pt"
-        if not which.startswith("step") or not which[4:].isdigit() or not weights.is_file():
-            return banner(f"There is no kept step {which}.")
-        weights.unlink()
-        weights.with_suffix(".json").unlink(missing_ok=True)
+        checkpoints.delete_kept_step(project, which)
     except TrainerError as e:
         return banner(str(e))
     ctx.supervisor.poke(project_path)

@@ -11,6 +11,7 @@ from typing import Any
 import gradio as gr
 
 from trainer_core.base.config import SECTIONS, ConfigError, Settings
+from trainer_core.packs import PACKS
 from trainer_core.project import Project
 
 __all__ = ["FormField", "FIELDS", "build_fields", "form_values", "form_assignments", "problem_updates",
@@ -20,6 +21,8 @@ SECTION_TITLES = {"corpus": "Corpus", "precompute": "Precompute", "train": "Trai
 # corpus settings that only image packs read
 IMAGE_ONLY = {"image_presets", "image_folders", "n_image", "n_two", "n_text", "n_val_image", "n_val_text",
               "ref_areas", "two_image_max_area"}
+# settings one pack or another uses alone (LLaDA: export.export_sigvq)
+PACK_ONLY = {key for pack in PACKS.values() for key in pack.extra_settings}
 TEXT_ONLY = {"mode", "presets", "extra_files", "train_file", "val_file", "n_train", "n_val"}
 
 
@@ -155,8 +158,8 @@ def visibility_updates(project: Project) -> list[Any]:
             updates.append(gr.update(visible=image))
         elif field.section == "corpus" and name in TEXT_ONLY:
             updates.append(gr.update(visible=not image))
-        elif field.key == "export.export_sigvq":
-            updates.append(gr.update(visible=project.pack.id == "llada_image"))
+        elif field.key in PACK_ONLY:                                           # one pack's own setting
+            updates.append(gr.update(visible=field.key in project.pack.extra_settings))
         elif field.key in ("precompute.placement", "precompute.teacher_mode"):   # the pack's own control
             updates.append(gr.update(visible=field.key.endswith(project.pack.teacher_control)))
         else:

@@ -8,13 +8,12 @@ from typing import Any
 import gradio as gr
 
 from trainer_core.base.config import ConfigError
-from trainer_core.demo.build import DEMO_PACKS
 from trainer_core.materials import MaterialStatus, all_statuses
 from trainer_core.base.errors import TrainerError
-from trainer_core.packs import PACKS, get_pack
+from trainer_core.packs import DEMO_PACKS, PACKS, get_pack
 from trainer_core.project import Project, folder_is_project, last_project, remember_last_project
 from trainer_core.runner import runtime_status
-from trainer_core.contract.shards import shard_files
+from trainer_core.status import shard_disk_estimate
 
 from ui import materials_panel
 from ui.common import banner, fmt_size
@@ -33,41 +32,14 @@ def missing_required(project: Project) -> list[str]:
     return [st.title for st in all_statuses(project, online=False) if st.required and st.status != "ready"]
 
 
-# token-aligned estimate: template + text + suffix tokens of a text-to-image and an edit sample
-# (34 + ~21 + 5, 64 + 7 + ~20), and the merged tokens of a 384 × 384 reference image
-_T2I_ROWS, _EDIT_ROWS, _IMAGE_TOKENS = 60, 91, 144
-
-
 def disk_estimate(project: Project) -> str:
-    """Bytes the shards will take: measured from the shards written so far, else from the
-    pack's row shapes (2 bytes a value, about 60 student tokens a prompt)."""
-    c = project.settings.corpus
-    samples = (c.n_image + c.n_two + c.n_text + c.n_val_image + c.n_val_text) if project.pack.corpus_kind == "image" \
-        else c.n_train + c.n_val
-    files = shard_files(project, "train") + shard_files(project, "val")
-    if files:
-        from trainer_core.contract.shards import Shard
-        done = sum(len(Shard(f)) for f in files)
-        per = sum(f.stat().st_size for f in files) / max(done, 1)
-        how = f"measured on {done} samples"
-    else:
-        try:
-            dims, how = project.pack.teacher_dims(project), "estimated from the pack's shapes"
-        except TrainerError:          # the teacher is not downloaded yet: the real teacher's shapes
-            dims, how = dict(project.pack.reference_dims), "estimated from the real teacher's shapes"
-            if not dims:
-                return (f"Shards on disk: estimated after the first shard, for {samples} samples, under "
-                        f"{project.root / 'shards'}")
-        if "vis_dim" in dims:     # token-aligned: a student and a teacher row per token, plus the raw vision rows
-            row = (1024 + dims["out_dim"]) * 2
-            edits, images = c.n_image + c.n_val_image + c.n_two, c.n_image + c.n_val_image + 2 * c.n_two
-            per = ((c.n_text + c.n_val_text) * _T2I_ROWS * row + edits * _EDIT_ROWS * row
-                   + images * _IMAGE_TOKENS * (row + dims["vis_dim"] * 2)) / max(samples, 1)
-        else:
-            rows = dims.get("num_queries") or 60
-            per = 60 * 1024 * 2 + rows * dims["out_dim"] * 2
-    return (f"Shards on disk: ≈ {fmt_size(int(per * samples))} for {samples} samples "
-            f"({fmt_size(int(per))} each, {how}), under {project.root / 'shards'}")
+    """The shards' disk use, as the Setup tab says it (status.shard_disk_estimate)."""
+    est = shard_disk_estimate(project)
+    if est["per_sample"] is None:
+        return (f"Shards on disk: estimated after the first shard, for {est['samples']} samples, under "
+                f"{project.root / 'shards'}")
+    return (f"Shards on disk: ≈ {fmt_size(int(est['total']))} for {est['samples']} samples "
+            f"({fmt_size(int(est['per_sample']))} each, {est['source']}), under {project.root / 'shards'}")
 
 
 PATH_SETTINGS = {"export.output_dir", "export.copy_to", "corpus.train_file", "corpus.val_file"}
@@ -115,7 +87,8 @@ def browse(ctx: Ctx, folder: str, kind: str) -> tuple[str, Any, str]:
     choices = [("📁 .. (up)", str(shown.parent))] if any(shown.parent == r or r in shown.parent.parents
                                                           for r in ctx.paths.roots) else []
     for e in entries:
-        label = ("📁 " + e.name + ("  [project]" if e.is_project else "")) if e.is_dir else f"📄 {e.name}  ({fmt_size(e.size)})"
+        label = (("📁 " + e.name + ("  [project]" if e.is_project else "")) if e.is_dir
+                 else f"📄 {e.name}  ({fmt_size(e.size)})")
         choices.append((label, e.path))
     return str(shown), gr.update(choices=choices, value=None), ""
 
@@ -223,7 +196,7 @@ def start_run(ctx: Ctx, project_path: str | None, anyway: bool = False) -> tuple
     return banner(f"Pipeline started (pid {pid}); follow it on the Train tab.", "ok"), gr.update(visible=False)
 
 
-def run_demo(ctx: Ctx, pack_id: str = "t5xxl_pixart") -> tuple:
+def run_demo(ctx: Ctx, pack_id: str = DEMO_PACKS[0]) -> tuple:
     """Build the pack's demo project (once) under the demo folder and start it."""
     from trainer_core.demo.build import build_demo
     try:
@@ -274,15 +247,15 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
                                    scale=4, elem_id="open-path")
             open_btn = gr.Button("Open", scale=1, elem_id="open-btn")
             demo_btn = gr.Button("Try the demo", variant="primary", scale=1, elem_id="demo-btn")
-            demo_pack = gr.Dropdown([(PACKS[p].title.split(" (")[0], p) for p in DEMO_PACKS], value="t5xxl_pixart",
+            demo_pack = gr.Dropdown([(PACKS[p].title.split(" (")[0], p) for p in DEMO_PACKS], value=DEMO_PACKS[0],
                                     label="Demo pack", scale=1, elem_id="demo-pack")
         with gr.Accordion("+ New project", open=False):
             with gr.Row():
                 new_name = gr.Textbox(label="Adapter name", placeholder="pig_<folder>", elem_id="new-name")
-                new_pack = gr.Dropdown([(p.title, p.id) for p in PACKS.values()], value="t5xxl_pixart",
+                new_pack = gr.Dropdown([(p.title, p.id) for p in PACKS.values()], value=DEMO_PACKS[0],
                                        label="Trainer pack", elem_id="new-pack")
                 new_root = gr.Textbox(label="Projects root", value=str(ctx.projects_root), elem_id="new-root")
-            pack_info = gr.Markdown(PACKS["t5xxl_pixart"].description)
+            pack_info = gr.Markdown(PACKS[DEMO_PACKS[0]].description)
             create_btn = gr.Button("Create", elem_id="create-btn")
         with gr.Accordion("File browser", open=False):
             with gr.Row():

@@ -11,8 +11,8 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from trainer_core.base.atomic import read_json
 from trainer_core.base.errors import TrainerError
+from trainer_core.contract import checkpoints
 from trainer_core.project import Project
 from trainer_core.resets import RESETS, planned_deletions, reset
 from trainer_core.runner import runtime_status
@@ -40,7 +40,9 @@ def metrics_html(snap: dict[str, Any]) -> str:
     p, v = snap.get("last_train") or {}, snap.get("last_val") or {}
     report = snap.get("report") or {}
     running = report.get("status") == "running"
-    cells = [("step", f"{p.get('step', '–')} / {p.get('steps', report.get('planned_steps', '–'))}"),
+    # "steps": the metric points of earlier versions
+    planned = p.get("planned_steps", p.get("steps", report.get("planned_steps", "–")))
+    cells = [("step", f"{p.get('step', '–')} / {planned}"),
              ("loss", fmt_num(p.get("loss"))), ("rel_mse", fmt_num(p.get("rel_mse"))), ("cos", fmt_num(p.get("cos"))),
              ("val cos", fmt_num(v.get("val_cos"))), ("best val cos", fmt_num(v.get("best_val_cos"))),
              ("lr", f"{p['lr']:.2e}" if isinstance(p.get("lr"), float) else "–"),
@@ -50,7 +52,8 @@ def metrics_html(snap: dict[str, Any]) -> str:
     ck = report.get("checkpoints") or {}
     note = "checkpoints: last + best" if ck.get("last") else "no checkpoints yet"
     return ('<div class="gt-metrics" style="display:flex;gap:14px;flex-wrap:wrap">'
-            + "".join(f'<div><div style="font-size:0.8em;color:#6b7280">{k}</div><div data-metric="{k}">{html.escape(str(val))}</div></div>'
+            + "".join(f'<div><div style="font-size:0.8em;color:#6b7280">{k}</div>'
+                      f'<div data-metric="{k}">{html.escape(str(val))}</div></div>'
                       for k, val in cells) + f'</div><div style="font-size:0.85em;color:#6b7280">{note}</div>')
 
 
@@ -94,8 +97,9 @@ def _steps_note(snap: dict[str, Any]) -> str:
     planned = report.get("planned_steps")
     last = (report.get("checkpoints") or {}).get("last") or {}
     step = last.get("step")
-    if report.get("status") == "running" and last.get("steps") not in (None, planned):
-        return f"saved {planned}, trainer still on {last.get('steps')} — picked up at the next log interval"
+    if report.get("status") == "running" and last.get("planned_steps") not in (None, planned):
+        return (f"saved {planned}, trainer still on {last.get('planned_steps')} — picked up at the next log "
+                "interval")
     if step is not None and planned is not None and step >= planned:
         return f"checkpoint at step {step} — raise the count and press Start / Resume to train further"
     if step is not None:
@@ -134,7 +138,8 @@ def apply_steps(ctx: Ctx, project_path: str | None, value: Any) -> tuple[str, An
     except TrainerError as e:
         return banner(str(e)), gr.update()
     ctx.supervisor.poke(project.root)
-    step = (read_json(project.checkpoints_dir / "last.json", {}) or {}).get("step")
+    last = checkpoints.read_sidecar(project, checkpoints.LAST)
+    step = last.trained_steps if last else None
     running = runtime_status(project)["status"] == "running"
     if before.train.steps == after.train.steps:
         note = f"train.steps is already {steps}."
@@ -168,7 +173,7 @@ def request_snapshot(ctx: Ctx, project_path: str | None, checkpoint: str, evalua
     try:
         project = Project.open(project_path)
         running = runtime_status(project)["status"] == "running"
-        if not running and not (project.checkpoints_dir / "last.pt").is_file():
+        if not running and not checkpoints.exists(project, checkpoints.LAST):
             return banner("There is no checkpoint to export yet; start training first.")
         checkpoint = checkpoint or "last"
         pid = start_job(project, checkpoint, bool(evaluate), fresh=running and checkpoint == "last")

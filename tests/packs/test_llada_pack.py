@@ -11,7 +11,8 @@ import torch
 from conftest import cli, copy_project, demo_with_corpus
 from trainer_core.base.errors import ModelFileError
 from trainer_core.base.events import ListReport
-from trainer_core.contract.adapter_export import checkpoint_model, load_checkpoint
+from trainer_core.contract import checkpoints
+from trainer_core.contract.adapter_export import checkpoint_model
 from trainer_core.contract.gguf_io import read_adapter_gguf
 from trainer_core.inspect_file import describe_gguf
 from trainer_core.packs.llada_image.teacher import LLaDATeacher
@@ -124,7 +125,7 @@ def test_the_demo_exports_a_folded_seedless_resampler_with_eval_metrics(template
     hidden = shard["q_pack"][:n0].float()[None]                                   # the first prompt's states
     with torch.no_grad():
         out = read_adapter_gguf(gguf).model(hidden, None)[0]                      # [256, 2560]
-        ck = load_checkpoint(root / "checkpoints" / "best.pt")
+        ck = checkpoints.load(root / "checkpoints" / "best.pt")
         standardized = checkpoint_model(ck)[1](hidden, None)[0]
     target = shard["t_pack"][:256].float()
     assert out.shape == target.shape

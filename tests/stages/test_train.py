@@ -135,7 +135,7 @@ def test_lowering_steps_while_running_finishes_at_the_next_log_interval(demo, ru
     out = finish(proc)
     final = json.loads((demo.checkpoints_dir / "last.json").read_text())
     assert "finishing now" in out
-    assert final["step"] == final["steps"] and event["payload"]["step"] < final["step"] <= 40
+    assert final["step"] == final["planned_steps"] and event["payload"]["step"] < final["step"] <= 40
     assert final["val_cos"] is not None                       # validated at the final step
     assert stage_done(Project.open(demo.root), "train")
 
@@ -195,7 +195,7 @@ def test_loss_falls_and_val_cos_beats_the_per_dim_mean(reference):
 
 def test_checkpoint_sidecars_are_readable_without_torch(reference):
     last = json.loads((reference.checkpoints_dir / "last.json").read_text())
-    assert last["step"] == STEPS and last["steps"] == STEPS and last["val_step"] == STEPS
+    assert last["step"] == STEPS and last["planned_steps"] == STEPS and last["val_step"] == STEPS
     assert set(last["val"]) == {"val_cos", "val_rel_mse"}
     best = json.loads((reference.checkpoints_dir / "best.json").read_text())
     assert best["best_val_cos"] == max(best["best_val_cos"], last["val_cos"])

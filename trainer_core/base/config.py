@@ -4,7 +4,8 @@ Layers, bottom up: the built-in defaults below, the pack's `defaults` overlay (a
 creation and again at load, so a key added in a later version gets the pack's value), then
 the file. This module knows no pack registry: the caller hands it the packs (a mapping of id to
 anything with `id`, `defaults`, `default_name` and `corpus_kind`); `trainer_core.project` binds
-the registry and is what the rest of the code calls. Validation collects every problem before raising one `ConfigError`, each problem
+the registry and is what the rest of the code calls. Validation collects every problem before
+raising one `ConfigError`, each problem
 naming the key the user sees: `train.steps must be a positive whole number, got "abc"`.
 """
 from __future__ import annotations

@@ -11,7 +11,17 @@ shows it in its error banner.
     │   └── ModelFileError       a GGUF / model / dump file we cannot use as it is
     ├── AlreadyRunningError      the project's run lock is held; exit code 3
     ├── CorpusError              a prompt file that cannot be read or is too small
-    └── StageNotAvailableError   a stage this version does not implement yet
+    ├── StageNotAvailableError   a stage this version does not implement yet
+    ├── CheckpointError          a checkpoint that is missing, damaged or of another format
+    │                            (contract/checkpoints.py)
+    ├── RopeError                a teacher's rotary tables stay broken after the repair
+    │                            (packs/rope_guard.py; also a RuntimeError)
+    └── DownloadError            a material download the Hub refused, that failed its check
+                                 or that does not fit on the disk (materials.py)
+
+The subclasses that live beside the code raising them are listed here so that the tree stays
+whole: every exception a user can see derives from TrainerError, which is what the CLI and the
+GUI catch. They keep the base exit code 1 (a failure, not bad input).
 """
 from __future__ import annotations
 

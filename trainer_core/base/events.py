@@ -18,6 +18,9 @@ A stage process prints events without `run`/`stage` on its stdout; the pipeline 
 stamps them and appends them here. The writer appends each line with a single write on
 an O_APPEND descriptor, so concurrent writers never interleave and a reader sees either
 a whole line or a line still missing its newline, which the tailer leaves for later.
+
+`JsonLinesTailer` is the one reader of growing JSON-lines files (events, the metric series,
+a job's log); `EventTailer` is that reader keeping only well-formed events.
 """
 from __future__ import annotations
 
@@ -29,8 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, IO
 
 __all__ = [
-    "EVENT_TYPES", "make_event", "parse_event", "EventWriter", "EventTailer", "Reporter",
-    "Report", "ListReport",
+    "EVENT_TYPES", "make_event", "parse_event", "parse_record", "EventWriter", "JsonLinesTailer", "EventTailer",
+    "Reporter", "Report", "ListReport",
 ]
 
 EVENT_TYPES = ("status", "progress", "metric", "log", "artifact", "error")
@@ -60,6 +63,15 @@ def parse_event(line: str | bytes) -> dict[str, Any] | None:
     t = obj.get("time")
     return {"time": float(t) if isinstance(t, (int, float)) else time.time(),
             "run": obj.get("run"), "stage": obj.get("stage"), "type": obj["type"], "payload": payload}
+
+
+def parse_record(line: str | bytes) -> dict[str, Any] | None:
+    """The JSON object on one line, or None when the line is not one."""
+    try:
+        obj = json.loads(line)
+    except ValueError:          # UnicodeDecodeError included
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def _encode(event: dict[str, Any]) -> bytes:
@@ -92,42 +104,73 @@ class EventWriter:
         self.close()
 
 
-class EventTailer:
-    """Reads the events appended since the last call, resuming from a byte offset.
+class JsonLinesTailer:
+    """Reads the JSON lines appended to a file since the last call, resuming from a byte offset.
 
-    Only lines that end in a newline are returned; a partial last line stays unread until
-    it is complete. A file that shrank (replaced or reset) is read again from the start.
-    Lines that are not events are skipped.
+    Only lines that end in a newline are returned; a partial last line stays unread until it
+    is complete. A file that shrank, or was replaced by another one (an atomic rewrite: a resume
+    truncating the metric series), is read again from the start, and so is one that vanished
+    after it had been read; `poll` says when that happened, so a caller can drop what it had.
+    Lines that `parse` rejects (returns None for) are skipped.
     """
 
-    def __init__(self, path: str | os.PathLike, offset: int = 0):
+    def __init__(self, path: str | os.PathLike, offset: int = 0,
+                 parse: Callable[[bytes], dict[str, Any] | None] = parse_record):
         self.path = Path(path)
         self.offset = offset
+        self.parse = parse
+        self._identity: tuple[int, int] | None = None   # (device, inode) of the file last read
 
-    def read(self, max_bytes: int = 8 << 20) -> list[dict[str, Any]]:
-        """Events from whole lines appended since the last call (about `max_bytes` at most;
-        a single longer line is still read whole)."""
+    def poll(self, max_bytes: int | None = 8 << 20) -> tuple[list[dict[str, Any]], bool]:
+        """(records from whole lines appended since the last call, restarted). At most about
+        `max_bytes` are read (a single longer line is still read whole); None reads all."""
         try:
             with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < self.offset:
+                st = os.fstat(f.fileno())
+                identity = (st.st_dev, st.st_ino)
+                restarted = False
+                if st.st_size < self.offset or (self._identity is not None and identity != self._identity):
+                    restarted = self.offset > 0 or self._identity is not None
                     self.offset = 0
+                self._identity = identity
+                if st.st_size == self.offset:
+                    return [], restarted
                 f.seek(self.offset)
-                chunk = f.read(max_bytes)
-                while b"\n" not in chunk and len(chunk) and self.offset + len(chunk) < size:
-                    chunk += f.read(max_bytes)  # one line longer than max_bytes
-        except FileNotFoundError:
-            return []
+                if max_bytes is None:
+                    chunk = f.read()
+                else:
+                    chunk = f.read(max_bytes)
+                    while b"\n" not in chunk and len(chunk) and self.offset + len(chunk) < st.st_size:
+                        chunk += f.read(max_bytes)  # one line longer than max_bytes
+        except (FileNotFoundError, NotADirectoryError):
+            # gone after being read: a file that comes back is a new one. Never seen: keep the
+            # offset the caller gave (a saved position in a file not created yet).
+            restarted = self._identity is not None and self.offset > 0
+            if self._identity is not None:
+                self.offset, self._identity = 0, None
+            return [], restarted
         end = chunk.rfind(b"\n")
         if end < 0:
-            return []
+            return [], restarted
         self.offset += end + 1
-        events = []
+        records = []
         for line in chunk[: end + 1].splitlines():
-            event = parse_event(line)
-            if event is not None:
-                events.append(event)
-        return events
+            record = self.parse(line)
+            if record is not None:
+                records.append(record)
+        return records, restarted
+
+    def read(self, max_bytes: int | None = 8 << 20) -> list[dict[str, Any]]:
+        """The records appended since the last call (see `poll`)."""
+        return self.poll(max_bytes)[0]
+
+
+class EventTailer(JsonLinesTailer):
+    """The events appended to an events file since the last call; lines that are not events
+    (a traceback, a launch banner) are skipped."""
+
+    def __init__(self, path: str | os.PathLike, offset: int = 0):
+        super().__init__(path, offset, parse=parse_event)
 
 
 class Reporter:

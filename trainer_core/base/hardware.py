@@ -70,7 +70,8 @@ def machine_reading(project_root: str | os.PathLike | None = None, with_gpus: bo
     mem = psutil.virtual_memory()
     return {"time": time.time(), "cpu_threads": psutil.cpu_count(logical=True),
             "cpu_pct": psutil.cpu_percent(interval=None),
-            "ram_used_gib": round((mem.total - mem.available) / 2 ** 30, 1), "ram_total_gib": round(mem.total / 2 ** 30, 1),
+            "ram_used_gib": round((mem.total - mem.available) / 2 ** 30, 1),
+            "ram_total_gib": round(mem.total / 2 ** 30, 1),
             "gpus": gpu_readings() if with_gpus else None,
             "disk_free_gib": disk_free_gib(project_root) if project_root else None}
 

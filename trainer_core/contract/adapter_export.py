@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer_core.base.atomic import atomic_path
-from trainer_core.base.errors import TrainerError
 
 if TYPE_CHECKING:  # torch loads only when a checkpoint is really read: the CLI stays fast
     from trainer_core.project import Project
@@ -21,27 +20,7 @@ if TYPE_CHECKING:  # torch loads only when a checkpoint is really read: the CLI 
 
     from trainer_core.contract.adapter import AdapterConfig
 
-__all__ = ["load_checkpoint", "checkpoint_model", "export_checkpoint", "copy_export", "checkpoint_path"]
-
-
-def checkpoint_path(project: Project, which: str) -> Path:
-    """`last`, `best` or `step<N>` (a kept step) → its file."""
-    if which in ("last", "best"):
-        return project.checkpoints_dir / f"{which}.pt"
-    if which.startswith("step") and which[4:].isdigit():
-        return project.checkpoints_dir / "history" / f"{which}.pt"
-    raise TrainerError(f'"{which}" is not a checkpoint; use last, best or step<N> (a kept step).')
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    import torch
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except FileNotFoundError:
-        raise TrainerError(f"{path} does not exist: the train stage has not saved it yet.") from None
-    except Exception as e:
-        raise TrainerError(f"{path} cannot be read ({type(e).__name__}: {e}); it may be damaged — "
-                           f"train again from the other checkpoint.") from None
+__all__ = ["checkpoint_model", "export_checkpoint", "copy_export"]
 
 
 def checkpoint_model(ck: dict[str, Any]) -> tuple["AdapterConfig", "torch.nn.Module"]:

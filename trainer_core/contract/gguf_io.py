@@ -4,7 +4,11 @@ Layout: GGUF v3, tensors named "adapter." + the state_dict name in state_dict or
 reversed torch shape (the torch row-major bytes as they are), F32 for every 1-D tensor, for
 LayerNorm tensors and for `query` / `vision_proj.weight`, F16 for every other 2-D tensor. The
 engine reads no KV: it infers the variant and every dimension from tensor names and shapes,
-so the reader here does the same and treats KVs as provenance only.
+so the reader here does the same and treats KVs as provenance only. The KV keys are the KV_*
+constants below; whoever reads a KV back (evaluate, inspect) names it through them.
+
+`write_gguf` is the one GGUF write sequence (header, KVs, tensors into a temp file, fsync,
+rename): the adapter export, the SigVQ export and the demo's student files all go through it.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import torch
@@ -24,13 +28,27 @@ from trainer_core.base.atomic import atomic_path
 from trainer_core.base.errors import ModelFileError
 
 __all__ = [
-    "PREFIX", "TRAINER", "Provenance", "fold_standardization", "gguf_dtype", "write_adapter_gguf",
+    "PREFIX", "TRAINER", "Provenance", "fold_standardization", "gguf_dtype", "write_gguf", "write_adapter_gguf",
     "read_adapter_gguf", "read_gguf_tensors", "read_gguf_kvs", "detect_layout", "LayoutProblem",
-    "AdapterFile", "tensor_table", "open_gguf", "dequantize", "GGUFTensor",
+    "AdapterFile", "open_gguf", "dequantize", "GGUFTensor",
+    "KV_NAME", "KV_IN_DIM", "KV_OUT_DIM", "KV_VIS_DIM", "KV_WIDTH", "KV_DEPTH", "KV_HEADS", "KV_NUM_QUERIES",
+    "KV_TRAINED_STEPS", "KV_PLANNED_STEPS", "KV_CHECKPOINT", "KV_SNAPSHOT", "KV_VAL_COS", "KV_BEST_VAL_COS",
+    "KV_PACK", "KV_TRAINER",
 ]
 
 PREFIX = "adapter."
 TRAINER = "gguf-trainer"
+
+# The KVs every adapter GGUF carries (provenance: the engine reads none of them). The pack's own
+# KVs (adapter.teacher, …) are the pack's facts and live in its export_kvs.
+KV_NAME = "general.name"
+KV_IN_DIM, KV_OUT_DIM, KV_VIS_DIM = "adapter.in_dim", "adapter.out_dim", "adapter.vis_dim"
+KV_WIDTH, KV_DEPTH, KV_HEADS = "adapter.width", "adapter.depth", "adapter.heads"
+KV_NUM_QUERIES = "adapter.num_queries"
+KV_TRAINED_STEPS, KV_PLANNED_STEPS = "adapter.trained_steps", "adapter.planned_steps"
+KV_CHECKPOINT, KV_SNAPSHOT = "adapter.checkpoint", "adapter.snapshot"
+KV_VAL_COS, KV_BEST_VAL_COS = "adapter.val_cos", "adapter.best_val_cos"
+KV_PACK, KV_TRAINER = "adapter.pack", "adapter.trainer"
 F32_2D = frozenset({"query", "vision_proj.weight"})
 FOREIGN_MARKERS = ("cap_query", "slot_query", "bank_query", "layer_map")  # other kinds' runners
 STUDENT_MARKER = "model.layers.0.self_attn.q_proj.weight"  # how ggk's front end recognises a student GGUF
@@ -73,26 +91,26 @@ def _kv_items(config: AdapterConfig, name: str, pack: str, provenance: Provenanc
               pack_kvs: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
     """(key, value, type) in the contract's order; type ∈ u32, str, bool, f32."""
     items: list[tuple[str, Any, str]] = [
-        ("general.name", name, "str"),
-        ("adapter.in_dim", config.in_dim, "u32"),
-        ("adapter.out_dim", config.out_dim, "u32"),
+        (KV_NAME, name, "str"),
+        (KV_IN_DIM, config.in_dim, "u32"),
+        (KV_OUT_DIM, config.out_dim, "u32"),
     ]
     if config.token_aligned and config.vis_dim:
-        items.append(("adapter.vis_dim", config.vis_dim, "u32"))
-    items += [("adapter.width", config.width, "u32"), ("adapter.depth", config.depth, "u32"),
-              ("adapter.heads", config.heads, "u32")]
+        items.append((KV_VIS_DIM, config.vis_dim, "u32"))
+    items += [(KV_WIDTH, config.width, "u32"), (KV_DEPTH, config.depth, "u32"),
+              (KV_HEADS, config.heads, "u32")]
     if not config.token_aligned:
-        items.append(("adapter.num_queries", config.num_queries, "u32"))
+        items.append((KV_NUM_QUERIES, config.num_queries, "u32"))
     p = provenance
-    items += [("adapter.trained_steps", p.trained_steps, "u32"),
-              ("adapter.planned_steps", p.planned_steps, "u32"),
-              ("adapter.checkpoint", p.checkpoint, "str"),
-              ("adapter.snapshot", p.snapshot, "bool")]
+    items += [(KV_TRAINED_STEPS, p.trained_steps, "u32"),
+              (KV_PLANNED_STEPS, p.planned_steps, "u32"),
+              (KV_CHECKPOINT, p.checkpoint, "str"),
+              (KV_SNAPSHOT, p.snapshot, "bool")]
     if p.val_cos is not None and math.isfinite(p.val_cos):
-        items.append(("adapter.val_cos", float(p.val_cos), "f32"))
+        items.append((KV_VAL_COS, float(p.val_cos), "f32"))
     if p.best_val_cos is not None and math.isfinite(p.best_val_cos) and p.best_val_cos > -1:
-        items.append(("adapter.best_val_cos", float(p.best_val_cos), "f32"))
-    items += [("adapter.pack", pack, "str"), ("adapter.trainer", TRAINER, "str")]
+        items.append((KV_BEST_VAL_COS, float(p.best_val_cos), "f32"))
+    items += [(KV_PACK, pack, "str"), (KV_TRAINER, TRAINER, "str")]
     taken = {k for k, _, _ in items}
     for key, value in pack_kvs.items():
         if key in taken:
@@ -101,6 +119,36 @@ def _kv_items(config: AdapterConfig, name: str, pack: str, provenance: Provenanc
                 else "f32" if isinstance(value, float) else "str")
         items.append((key, value, kind))
     return items
+
+
+def write_gguf(path: str | os.PathLike, arch: str, tensors: Iterable[tuple[Any, ...]],
+               kvs: Iterable[tuple[str, Any, str]] = (), check: Callable[[Path], None] | None = None) -> Path:
+    """Write a GGUF atomically: header, `kvs`, `tensors` into a temp file beside `path`, then
+    `check(temp path)` (a read-back; raise to keep the old file), fsync and rename.
+
+    `tensors` yields (name, array) or (name, array, raw GGMLQuantizationType) with arrays in
+    torch order; it may be a generator (reading a source the caller keeps open around the
+    call): it is consumed inside the call. `kvs` are (key, value, type) with type one
+    of u32, str, bool, f32, written in that order after general.architecture.
+    """
+    import gguf
+
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        writer = gguf.GGUFWriter(tmp, arch=arch)
+        adders = {"u32": writer.add_uint32, "str": writer.add_string, "bool": writer.add_bool,
+                  "f32": writer.add_float32}
+        for key, value, kind in kvs:
+            adders[kind](key, value)
+        for name, array, *raw in tensors:
+            writer.add_tensor(name, array, raw_dtype=raw[0] if raw else None)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        if check is not None:
+            check(tmp)  # read back before the rename
+    return path
 
 
 def write_adapter_gguf(path: str | os.PathLike, model: nn.Module | Mapping[str, torch.Tensor],
@@ -112,33 +160,23 @@ def write_adapter_gguf(path: str | os.PathLike, model: nn.Module | Mapping[str, 
     `mu`/`sigma` (σ already floored) fold the standardization into out_proj; they are
     required for kinds trained on standardized targets and refused for the others.
     """
-    import gguf
-
     state = model.state_dict() if isinstance(model, nn.Module) else dict(model)
     if config.standardized != (mu is not None and sigma is not None):
         raise ValueError(f"{config.kind}: fold statistics must be given exactly when the kind is "
                          f"trained on standardized targets")
     state = (fold_standardization(state, mu, sigma) if mu is not None
              else {k: v.detach().to(torch.float32) for k, v in state.items()})
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        writer = gguf.GGUFWriter(tmp, arch="pig")
-        for key, value, kind in _kv_items(config, name, pack, provenance, pack_kvs or {}):
-            {"u32": writer.add_uint32, "str": writer.add_string, "bool": writer.add_bool,
-             "f32": writer.add_float32}[kind](key, value)
+
+    def tensors() -> Iterable[tuple[str, np.ndarray]]:
         for tensor_name, tensor in state.items():
             array = tensor.cpu().numpy()
             dtype = np.float32 if gguf_dtype(tensor_name, array.ndim) == "f32" else np.float16
-            writer.add_tensor(PREFIX + tensor_name, np.ascontiguousarray(array.astype(dtype)))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        _verify(tmp, state, config)  # read back before the rename
-    return path
+            yield PREFIX + tensor_name, np.ascontiguousarray(array.astype(dtype))
+    return write_gguf(path, "pig", tensors(), _kv_items(config, name, pack, provenance, pack_kvs or {}),
+                      check=lambda tmp: _verify(tmp, state, config))
 
 
-def _verify(tmp: str, state: Mapping[str, torch.Tensor], config: AdapterConfig) -> None:
+def _verify(tmp: str | os.PathLike, state: Mapping[str, torch.Tensor], config: AdapterConfig) -> None:
     tensors = read_gguf_tensors(tmp)
     names = [n[len(PREFIX):] for n in tensors]
     if names != list(state):
@@ -401,8 +439,3 @@ def read_adapter_gguf(path: str | os.PathLike, device: str | torch.device = "cpu
     model.load_state_dict(state, strict=True)
     model.to(device).eval()
     return AdapterFile(path, config, model, read_gguf_kvs(path), problems)
-
-
-def tensor_table(path: str | os.PathLike) -> list[tuple[str, tuple[int, ...], str]]:
-    """(name, ne, dtype) for every tensor, in file order."""
-    return [(t.name, t.shape_ne, t.dtype) for t in read_gguf_tensors(path).values()]

@@ -30,13 +30,12 @@ import json
 import math
 import os
 import re
-import shutil
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from trainer_core.base.atomic import atomic_path, atomic_write_text
 from trainer_core.base.errors import ModelFileError
+from trainer_core.contract import checkpoints
 
 if TYPE_CHECKING:  # torch stays out of the CLI's and the driver's imports
     from trainer_core.project import Project
@@ -44,7 +43,7 @@ if TYPE_CHECKING:  # torch stays out of the CLI's and the driver's imports
 
 __all__ = [
     "MOCK_ENV", "mock_enabled", "contract_for", "shard_path", "shard_files", "write_shard", "Shard",
-    "read_contract", "prepare_split", "archive_checkpoints", "expected_shards", "valid_shards",
+    "read_contract", "prepare_split", "expected_shards", "valid_shards",
     "load_stats", "split_lines",
 ]
 
@@ -101,19 +100,6 @@ def valid_shards(project: Project, split: str) -> list[Path]:
     return shard_files(project, split)
 
 
-def archive_checkpoints(project: Project) -> Path | None:
-    folder = project.checkpoints_dir
-    if not folder.is_dir() or not any(folder.iterdir()):
-        return None
-    target = project.root / f"checkpoints.stale-{time.strftime('%Y%m%d-%H%M%S')}"
-    n = 1
-    while target.exists():
-        n += 1
-        target = project.root / f"checkpoints.stale-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
-    folder.rename(target)
-    return target
-
-
 def prepare_split(project: Project, split: str, log: Callable[[str], None], clean_temps: bool = True) -> None:
     """Discard the split's shards if they were written under another contract, then mark it.
     `clean_temps` removes every leftover temp file (with several ranks, each removes its own:
@@ -127,7 +113,7 @@ def prepare_split(project: Project, split: str, log: Callable[[str], None], clea
         for path in stale:
             path.unlink()
         log(f"{split} shards discarded: {len(stale)} were {why}, this run needs \"{want}\"")
-        archived = archive_checkpoints(project)
+        archived = checkpoints.archive(project)
         if archived is not None:
             log(f"the checkpoints trained on them moved to {archived.name}/; training starts over")
     if clean_temps:
@@ -195,7 +181,3 @@ def load_stats(project: Project, sigma_floor: float) -> tuple["torch.Tensor", "t
     mu, sigma = target_stats(s, s2, n, sigma_floor)
     raw = (s2 / n - (s / n) ** 2).clamp_min(0).sqrt()
     return mu, sigma, int((raw < sigma_floor).sum())
-
-
-def remove_split(project: Project, split: str) -> None:
-    shutil.rmtree(project.shards_dir(split), ignore_errors=True)

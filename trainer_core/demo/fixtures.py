@@ -15,24 +15,26 @@ from __future__ import annotations
 
 import base64
 import functools
-import io
 import json
 import os
+import random
 from importlib import resources
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import gguf
 import numpy as np
 import torch
 from transformers import Qwen3Config
 
-from trainer_core.base.atomic import atomic_path, atomic_write_bytes, atomic_write_json, atomic_write_text
+from trainer_core.base.atomic import atomic_path, atomic_write_json, atomic_write_text
+from trainer_core.contract.gguf_io import KV_NAME, write_gguf
 from trainer_core.contract.student import EMPTY_TOKEN_ID, GGUF_PREFIX
 
 __all__ = [
     "QWEN_SPLIT_PATTERN", "QWEN_ADDED_TOKENS", "STUDENT_GGUF_DTYPES",
     "write_qwen_tokenizer", "tiny_qwen3_config", "write_student_config", "write_student_gguf",
+    "SEED", "demo_prompts", "write_demo_images",
 ]
 
 # The Qwen2 pre-tokenizer split (the same regex Qwen2 and Qwen3 tokenizer.json files carry).
@@ -229,22 +231,15 @@ def write_student_gguf(model_or_state_dict: torch.nn.Module | Mapping[str, torch
         raise ValueError(f"dtype must be one of {', '.join(STUDENT_GGUF_DTYPES)}, not {dtype!r}")
     state = (model_or_state_dict.state_dict() if isinstance(model_or_state_dict, torch.nn.Module)
              else model_or_state_dict)
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        writer = gguf.GGUFWriter(tmp, arch="qwen3")
-        writer.add_name("pig_clip student")
+
+    def tensors() -> Iterator[tuple[str, np.ndarray, gguf.GGMLQuantizationType]]:
         for name, tensor in state.items():
             if name == "lm_head.weight":
                 continue
             name = name if name.startswith(GGUF_PREFIX) else GGUF_PREFIX + name
             array = tensor.detach().to("cpu", torch.float32).contiguous().numpy()  # torch order
-            data, ggml_type = _encode(array, _GGML_TYPES[dtype])
-            writer.add_tensor(name, data, raw_dtype=ggml_type)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-    return path
+            yield (name, *_encode(array, _GGML_TYPES[dtype]))
+    return write_gguf(path, "qwen3", tensors(), [(KV_NAME, "pig_clip student", "str")])
 
 
 def _encode(array: np.ndarray, wanted: gguf.GGMLQuantizationType
@@ -255,3 +250,58 @@ def _encode(array: np.ndarray, wanted: gguf.GGMLQuantizationType
     if array.shape[-1] % block:
         kind = gguf.GGMLQuantizationType.F16
     return gguf.quants.quantize(array, kind), kind
+
+
+# ---------------------------------------------------------------- prompts and images
+
+SEED = 20261129
+_SUBJECTS = ("a sheep", "an old lighthouse", "a red fox", "a glass teapot", "a robot gardener", "a koi pond",
+             "a desert caravan", "a paper boat", "a snowy cabin", "a neon street", "a violin", "a dragonfly")
+_STYLES = ("watercolor", "oil painting", "studio photo", "pixel art", "ink sketch", "35mm film", "3d render",
+           "ukiyo-e print", "pastel drawing", "cinematic still")
+_DETAILS = ("at sunset", "in the rain", "under a full moon", "on a misty morning", "with dramatic lighting",
+            "in soft focus", "surrounded by flowers", "seen from above", "in a busy market", "on a quiet beach")
+
+
+def demo_prompts(n: int = 480, seed: int = SEED) -> list[str]:
+    """n distinct, deterministic image prompts."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    seen: set[str] = set()
+    while len(out) < n:
+        text = f"{rng.choice(_STYLES)} of {rng.choice(_SUBJECTS)} {rng.choice(_DETAILS)}"
+        if rng.random() < 0.5:
+            text += f", {rng.choice(_STYLES)}, {rng.choice(_DETAILS)}"
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
+
+
+def write_demo_images(folder: Path, n: int, seed: int = SEED) -> None:
+    """n small PNG scenes (a sky, ground and a few shapes, in varied sizes) with a caption sidecar
+    each; the same arguments give the same bytes."""
+    from PIL import Image, ImageDraw
+
+    rng = random.Random(seed)
+    sizes = ((96, 64), (128, 128), (200, 150), (320, 240), (500, 375), (64, 160), (384, 384), (640, 360))
+    colors = {"red": (200, 40, 40), "blue": (40, 70, 200), "green": (40, 160, 60), "yellow": (230, 200, 40),
+              "purple": (130, 50, 160), "white": (240, 240, 240)}
+    for i in range(n):
+        w, h = sizes[i % len(sizes)]
+        sky, ground = rng.choice(list(colors)), rng.choice(list(colors))
+        image = Image.new("RGB", (w, h), colors[sky])
+        draw = ImageDraw.Draw(image)
+        draw.rectangle([0, h * 2 // 3, w, h], fill=colors[ground])
+        things = []
+        for _ in range(rng.randint(1, 3)):
+            color, shape = rng.choice(list(colors)), rng.choice(("ball", "box"))
+            x, y, r = rng.randrange(w), rng.randrange(h), rng.randint(4, max(5, min(w, h) // 4))
+            (draw.ellipse if shape == "ball" else draw.rectangle)([x - r, y - r, x + r, y + r], fill=colors[color])
+            things.append(f"a {color} {shape}")
+        name = folder / f"scene_{i:03d}.png"
+        with atomic_path(name) as tmp:
+            image.save(tmp, format="PNG")
+        captions = [f"{' and '.join(things)} over {ground} ground under a {sky} sky",
+                    f"{rng.choice(_STYLES)} of {things[0]}"]
+        atomic_write_text(name.with_suffix(".txt"), "\n".join(captions) + "\n")

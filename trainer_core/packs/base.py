@@ -8,6 +8,11 @@ templates, export KVs, metric names, the ggk command line) plus a few hooks:
     build_mock_teacher(project)            synthetic targets of the right shapes
     make_shard(prompts, student, teacher, budgets) -> (tensors, meta)   one shard's content
     adapter_config(project, in_dim)        the adapter the train stage builds
+    ggk_command(project)                   the engine command line that uses the export
+    export_extras(project, report)         what the export stage writes beside the adapter (SigVQ)
+    extra_outputs(project)                 those files, for the Output tab and `status`
+    shard_bytes(project, dims, student_dim)  disk a sample's shard rows take, from the pack's shapes
+    build_demo_materials(project, prompts) the demo's tiny teacher (and images) under materials/
 
 Dimensions that come from a model (student hidden size, teacher width, vocab sizes) are read
 from the materials' configs when the stages run, never hard-coded, so the same code runs
@@ -26,7 +31,7 @@ if TYPE_CHECKING:  # the stages import torch; the registry stays light
     from trainer_core.project import Project
 
 __all__ = ["TrainerPack", "Material", "Budgets", "ADAPTER_KINDS", "CORPUS_KINDS", "STUDENT_MATERIALS",
-           "IMAGE_PRESET_MATERIALS"]
+           "IMAGE_PRESET_MATERIALS", "STUDENT_FILE", "PIG_CLIP_WIDTH", "DEMO_SETTINGS"]
 
 ADAPTER_KINDS = ("resampler", "seeded_resampler", "token_aligned_vision")
 CORPUS_KINDS = ("text", "image")
@@ -48,6 +53,19 @@ class Material:
     suffixes: tuple[str, ...] = ()     # local files
     hint: str = ""
 
+
+# the student file a ggk command line names when the project has none picked
+STUDENT_FILE = "pig_clip-q8_0.gguf"
+PIG_CLIP_WIDTH = 1024     # pig_clip's hidden size (Qwen3 0.6B), for estimates before the student is on disk
+
+# the demo project's settings of every pack (a pack's `demo_settings` go over them); sized so
+# `gguf-trainer run` finishes every stage quickly on 2 CPU cores
+DEMO_SETTINGS = (
+    "corpus.presets=[]", "corpus.n_train=360", "corpus.n_val=40", "corpus.seed=8",
+    "precompute.shard_size=120", "precompute.val_shard_size=40", "precompute.device=cpu",
+    "train.device=cpu", "train.width=64", "train.depth=2", "train.steps=200", "train.batch_size=16",
+    "train.warmup=20", "train.log_every=10", "train.val_every=50", "train.save_every=50",
+)
 
 STUDENT_MATERIALS = (
     Material("student", "pig_clip student GGUF", "local_file", suffixes=(".gguf",),
@@ -106,10 +124,12 @@ class TrainerPack:
     max_len_student: int = 512    # student tokens kept per prompt (resampler kinds truncate)
     materials: tuple[Material, ...] = STUDENT_MATERIALS
     metric_names: tuple[str, ...] = ()     # eval.json keys, in the order the GUI shows them
-    ggk_args: str = ""            # the engine flags that use the adapter ({gguf}, {sigvq} are replaced)
+    ggk_args: str = ""            # the engine flags that use the adapter ({student}, {gguf} are replaced)
     ggk_edit_args: str = ""       # what editing adds to that command line (Qwen-Image 2.1: the mmproj)
     teacher_control: str = "teacher_mode"   # the precompute setting that places the teacher ("placement")
     reference_dims: Mapping[str, int] = field(default_factory=dict)  # the real teacher's shapes, for estimates
+    extra_settings: tuple[str, ...] = ()   # settings only this pack uses: the GUI shows them for it alone
+    demo_settings: tuple[str, ...] = ()    # the demo project's settings over DEMO_SETTINGS
 
     def __post_init__(self) -> None:
         if self.adapter_kind not in ADAPTER_KINDS:
@@ -128,8 +148,28 @@ class TrainerPack:
             return self.t2i_empty
         return self.t2i_template.replace("{text}", text)
 
-    def ggk_command(self, gguf: str) -> str:
-        return self.ggk_args.replace("{gguf}", gguf)
+    def ggk_command(self, project: "Project") -> str:
+        """The engine command line that uses the export (the student file as picked for training)."""
+        student = self.resolve_material(project, "student")
+        args = self.ggk_args.replace("{gguf}", str(project.gguf_path()))
+        args = args.replace("{student}", str(student) if student is not None else STUDENT_FILE)
+        return ("ggk diffuser engine -- --diffusion-model MODEL.gguf --vae VAE.gguf " + args
+                + ' -p "a prompt" -o out.png')
+
+    def export_extras(self, project: "Project", report: Any) -> None:
+        """Files the export stage writes beside the adapter; none by default."""
+
+    def extra_outputs(self, project: "Project") -> list[Path]:
+        """The files export_extras wrote that exist now (the Output tab lists them)."""
+        return []
+
+    def shard_bytes(self, project: "Project", dims: Mapping[str, int], student_dim: int) -> float:
+        """Bytes one sample's shard rows take (bf16): ~60 student rows and the teacher's rows."""
+        rows = dims.get("num_queries") or 60
+        return 60 * student_dim * 2 + rows * dims["out_dim"] * 2
+
+    def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
+        """The demo's tiny teacher under materials/; none by default (the demo runs the mock)."""
 
     # ------------------------------------------------------------ materials
     def project_materials(self, project: "Project") -> tuple[Material, ...]:
@@ -208,3 +248,7 @@ class TrainerPack:
 
     def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
         raise StageNotAvailableError(f"Training the {self.title} adapter is not available in this version yet.")
+
+    def load_frozen(self, project: "Project", model: Any) -> None:
+        """Load the adapter's frozen parts (precompute fitted them) into a freshly built model; none
+        by default."""

@@ -5,9 +5,9 @@ supervised, the 64 / 34-token templates of vision_data; the machinery is vision_
 """
 from __future__ import annotations
 
-from trainer_core.packs.qwen3vl.vision_data import EDIT_PREFIX, SUFFIX, T2I_PREFIX
+from trainer_core.packs.qwen3vl.vision_data import EDIT_PREFIX, SUFFIX, T2I_PREFIX, T2I_START
 from trainer_core.packs.base import STUDENT_MATERIALS
-from trainer_core.packs.qwen3vl.vision_pack import VisionPack, qwen3vl_teacher
+from trainer_core.packs.qwen3vl.vision_pack import IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
 
 __all__ = ["PACK", "TEACHER", "EDIT_PREFIX", "T2I_PREFIX", "SUFFIX", "OUT_DIM", "VIS_DIM"]
 
@@ -54,9 +54,11 @@ PACK = VisionPack(
     },
     reference_dims={"out_dim": OUT_DIM, "vis_dim": VIS_DIM},
     t2i_template=T2I_PREFIX + "{text}" + SUFFIX,
-    t2i_start=34,
+    t2i_start=T2I_START,
     max_len_student=1024,
     materials=STUDENT_MATERIALS + (TEACHER,),
-    metric_names=("cos_slice", "cos_vis", "cos_txt", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos", "trained_steps", "val_samples"),
-    ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf} --llm_vision mmproj-qwen3vl-4b-it-f16.gguf",
+    metric_names=("cos_slice", "cos_vis", "cos_txt", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos",
+                  "trained_steps", "val_samples"),
+    ggk_args="--llm {student} --llm-adapter {gguf} --llm_vision mmproj-qwen3vl-4b-it-f16.gguf",
+    demo_settings=IMAGE_DEMO_SETTINGS,
 )

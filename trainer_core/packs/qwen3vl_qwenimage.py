@@ -7,10 +7,10 @@ are stored, supervised and measured; references are rendered at an area drawn pe
 """
 from __future__ import annotations
 
-from trainer_core.packs.qwen3vl.qwenimage_data import SYSTEM, USER
+from trainer_core.packs.qwen3vl.qwenimage_data import START, SYSTEM, USER
 from trainer_core.packs.qwen3vl.vision_data import SUFFIX
 from trainer_core.packs.base import STUDENT_MATERIALS
-from trainer_core.packs.qwen3vl.vision_pack import VisionPack, qwen3vl_teacher
+from trainer_core.packs.qwen3vl.vision_pack import IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
 
 __all__ = ["PACK", "TEACHER", "SYSTEM", "USER", "SUFFIX", "OUT_DIM", "VIS_DIM"]
 
@@ -61,13 +61,16 @@ PACK = VisionPack(
     ggk_min_version="0.6.6",
     t2i_template=SYSTEM + USER + "{text}" + SUFFIX,
     t2i_empty=SYSTEM + USER + " " + SUFFIX,  # an empty prompt becomes a single space
-    t2i_start=14,
+    t2i_start=START,
     max_len_student=2304,
     reference_dims={"out_dim": OUT_DIM, "vis_dim": VIS_DIM},
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos_slice", "cos_edit", "cos_t2i", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos",
                   "trained_steps", "val_samples"),
-    ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf}",
+    ggk_args="--llm {student} --llm-adapter {gguf}",
+    # the demo's images rendered at 128² or 192² (16 or 36 slots) instead of 384²…1024²
+    demo_settings=IMAGE_DEMO_SETTINGS + ("corpus.ref_areas=[[16384, 0.5], [36864, 0.5]]",
+                                         "corpus.two_image_max_area=16384"),
     ggk_edit_args="--llm_vision mmproj-qwen3vl-8b-it-f16.gguf",
     contract="qwen_image_2_1",
     tap="pre_norm_last_layer",

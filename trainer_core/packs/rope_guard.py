@@ -28,7 +28,8 @@ class RopeError(TrainerError, RuntimeError):
     the message and fails; no traceback, it is not a bug of ours)."""
 
 
-def default_rope_init(config: Any, device: torch.device | None = None, *_: Any, **__: Any) -> tuple[torch.Tensor, float]:
+def default_rope_init(config: Any, device: torch.device | None = None, *_: Any, **__: Any
+                      ) -> tuple[torch.Tensor, float]:
     """inv_freq = 1 / θ^(arange(0, dim, 2) / dim), dim = head_dim × partial_rotary_factor; scaling 1."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     dim = int(head_dim * getattr(config, "partial_rotary_factor", 1.0))
@@ -51,7 +52,8 @@ def ensure_default_rope() -> bool:
 def rope_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """Every module with a rope_init_fn, a config and an inv_freq buffer."""
     return [(name, mod) for name, mod in model.named_modules()
-            if hasattr(mod, "rope_init_fn") and hasattr(mod, "config") and "inv_freq" in dict(mod.named_buffers(recurse=False))]
+            if hasattr(mod, "rope_init_fn") and hasattr(mod, "config")
+            and "inv_freq" in dict(mod.named_buffers(recurse=False))]
 
 
 def table_problem(table: torch.Tensor | None) -> str | None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer_core.base.atomic import read_json
+from trainer_core.contract import checkpoints
 from trainer_core.project import Project
 from trainer_core.contract.shards import expected_shards, valid_shards
 
-__all__ = ["StageSpec", "STAGES", "STAGE_NAMES", "get_stage", "stage_done"]
+__all__ = ["StageSpec", "STAGES", "STAGE_NAMES", "stage_done"]
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,6 @@ STAGES: tuple[StageSpec, ...] = (
 STAGE_NAMES = tuple(s.name for s in STAGES)
 
 
-def get_stage(name: str) -> StageSpec:
-    for spec in STAGES:
-        if spec.name == name:
-            return spec
-    raise KeyError(name)
-
-
 def _mtime(path: Path) -> float | None:
     try:
         return path.stat().st_mtime
@@ -57,11 +50,10 @@ def stage_done(project: Project, name: str) -> bool:
         split = name.split("_", 1)[1]
         return len(valid_shards(project, split)) >= expected_shards(project, split)
     if name == "train":
-        sidecar = read_json(project.checkpoints_dir / "last.json", {})
-        step = sidecar.get("step") if isinstance(sidecar, dict) else None
-        return isinstance(step, int) and step >= project.settings.train.steps
+        last = checkpoints.read_sidecar(project, checkpoints.LAST)
+        return last is not None and last.trained_steps >= project.settings.train.steps
     if name == "export":
-        gguf, best = _mtime(project.gguf_path()), _mtime(project.checkpoints_dir / "best.pt")
+        gguf, best = _mtime(project.gguf_path()), checkpoints.mtime(project, checkpoints.BEST)
         return gguf is not None and best is not None and gguf >= best
     if name == "eval":
         ev, gguf = _mtime(project.eval_json), _mtime(project.gguf_path())

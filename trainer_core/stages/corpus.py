@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 
 from trainer_core.base.errors import CorpusError
 from trainer_core.base.events import Report
-from trainer_core.contract.corpus_files import read_corpus, write_corpus
+from trainer_core.contract.corpus_files import write_corpus
 from trainer_core.contract.image_corpus import build_image_corpus
 from trainer_core.project import Project
 from trainer_core.contract.prompt_presets import PRESETS, read_preset

@@ -18,8 +18,9 @@ import torch
 from trainer_core.base.atomic import atomic_write_json
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import Report
-from trainer_core.contract.adapter_export import checkpoint_model, load_checkpoint
-from trainer_core.contract.gguf_io import read_adapter_gguf
+from trainer_core.contract import checkpoints
+from trainer_core.contract.adapter_export import checkpoint_model
+from trainer_core.contract.gguf_io import KV_CHECKPOINT, KV_PLANNED_STEPS, KV_TRAINED_STEPS, read_adapter_gguf
 from trainer_core.contract.losses import ResamplerMetrics, SeededMetrics, TokenAlignedMetrics
 from trainer_core.project import Project
 from trainer_core.contract.shards import valid_shards
@@ -72,14 +73,14 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     gguf = project.gguf_path()
     if not gguf.is_file():
         raise TrainerError(f"There is nothing to evaluate: {gguf} does not exist (run the export stage).")
-    ck = load_checkpoint(project.checkpoints_dir / "best.pt")
+    ck = checkpoints.load(project, checkpoints.BEST)
     device = pick_device(project.settings.train.device)
     started = time.monotonic()
     found = evaluate_gguf(project, gguf, ck, device)
     kvs, m = found["kvs"], found["metrics"]
     record = {**m, "gguf": str(gguf), "kind": found["config"]["kind"], "config": found["config"],
-              "trained_steps": kvs.get("adapter.trained_steps"), "planned_steps": kvs.get("adapter.planned_steps"),
-              "checkpoint": kvs.get("adapter.checkpoint"), "provenance": kvs, "time": time.time(),
+              "trained_steps": kvs.get(KV_TRAINED_STEPS), "planned_steps": kvs.get(KV_PLANNED_STEPS),
+              "checkpoint": kvs.get(KV_CHECKPOINT), "provenance": kvs, "time": time.time(),
               "seconds": round(time.monotonic() - started, 2), "pack": project.pack.id}
     atomic_write_json(project.eval_json, record)
     shown = ", ".join(f"{k} {m[k]:.5f}" for k in project.pack.metric_names if isinstance(m.get(k), float))

@@ -24,8 +24,8 @@ from trainer_core.contract.dist import current as current_rank
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import Report
 from trainer_core.project import Project
-from trainer_core.contract.shards import (contract_for, expected_shards, mock_enabled, prepare_split, read_contract, remove_temps,
-                      shard_files, shard_path, write_shard)
+from trainer_core.contract.shards import (contract_for, expected_shards, mock_enabled, prepare_split, read_contract,
+                                          remove_temps, shard_files, shard_path, write_shard)
 from trainer_core.stages.base import never, stage_main
 
 __all__ = ["run", "load_models"]

@@ -25,8 +25,9 @@ from typing import Any, Callable
 
 import torch
 
+from trainer_core.contract import checkpoints
 from trainer_core.contract.adapter import AdapterConfig, build_adapter, count_parameters
-from trainer_core.base.atomic import atomic_path, atomic_write_json, atomic_write_text
+from trainer_core.base.atomic import atomic_write_text
 from trainer_core.contract.dist import close_group, init_group, rank_device
 from trainer_core.contract.dist import current as current_rank
 from trainer_core.base.errors import TrainerError
@@ -38,9 +39,7 @@ from trainer_core.contract.shards import Shard, load_stats, valid_shards
 from trainer_core.contract.stream import Batch, ShardStream, StreamPosition, val_batches
 from trainer_core.stages.base import never, stage_main
 
-__all__ = ["run", "Trainer", "CHECKPOINT_FORMAT"]
-
-CHECKPOINT_FORMAT = 1
+__all__ = ["run", "Trainer", "metric_series"]
 
 
 class Trainer:
@@ -63,14 +62,7 @@ class Trainer:
         self.mu, self.sigma = mu.to(self.device), sigma.to(self.device)
         torch.manual_seed(t.seed)
         model = build_adapter(self.config)
-        if self.config.token_aligned and self.config.vis_dim:
-            from trainer_core.packs.qwen3vl.vision_proj import load_vision_proj
-            saved = load_vision_proj(project.root / "vision_proj.pt", in_dim, self.config.vis_dim)
-            if saved is None:
-                raise TrainerError(f"{project.root / 'vision_proj.pt'} is missing or does not match this student and "
-                                   "teacher; precompute fits it: reset the shards and run precompute again.")
-            with torch.no_grad():
-                model.vision_proj.weight.copy_(saved["weight"])      # frozen: the engine applies it, we never train it
+        self.pack.load_frozen(project, model)      # parts the engine applies as they are (MageFlow's vision_proj)
         self.model = model.to(self.device)
         self.net: torch.nn.Module = self.model          # what the training step runs: DDP under a launcher
         if self.rank.distributed:
@@ -102,10 +94,9 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
     def resume(self) -> bool:
-        path = self.ckpt / "last.pt"
-        if not path.is_file():
+        if not checkpoints.exists(self.project, checkpoints.LAST):
             return False
-        ck = torch.load(path, map_location=self.device, weights_only=False)
+        ck = checkpoints.load(self.project, checkpoints.LAST, map_location=self.device)
         saved = AdapterConfig.from_dict(ck["config"])
         if saved != self.config:
             diff = ", ".join(f"{k} {getattr(saved, k)} → {getattr(self.config, k)}" for k in saved.to_dict()
@@ -128,7 +119,7 @@ class Trainer:
         return True
 
     def save(self, name: str) -> None:
-        ck = {"format": CHECKPOINT_FORMAT, "config": self.config.to_dict(), "model": self.model.state_dict(),
+        ck = {"config": self.config.to_dict(), "model": self.model.state_dict(),
               "optimizer": self.optimizer.state_dict(), "step": self.step,
               "train_config": {**self.t.__dict__, "steps": self.planned}, "best_val_cos": self.best_val_cos,
               "val": self.val if self.val_step == self.step else None, "val_step": self.val_step,
@@ -137,14 +128,11 @@ class Trainer:
                       "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
               "mu": self.mu.cpu(), "sigma": self.sigma.cpu(), "standardized": self.config.standardized,
               "pack": self.pack.id, "time": time.time()}
-        with atomic_path(self.ckpt / f"{name}.pt") as tmp:
-            torch.save(ck, tmp)
-        atomic_write_json(self.ckpt / f"{name}.json", {
-            "step": self.step, "steps": self.planned, "best_val_cos": self.best_val_cos,
-            "val_cos": self.val["val_cos"] if self.val and self.val_step == self.step else None,
-            "val": self.val if self.val_step == self.step else None, "val_step": self.val_step,
-            "time": ck["time"]})
-        self.report("artifact", path=str(self.ckpt / f"{name}.pt"), kind=f"checkpoint_{name}", step=self.step)
+        current = self.val if self.val_step == self.step else None
+        path = checkpoints.save(self.project, name, ck, checkpoints.Sidecar(
+            trained_steps=self.step, planned_steps=self.planned, best_val_cos=self.best_val_cos,
+            val_cos=current["val_cos"] if current else None, val=current, val_step=self.val_step, time=ck["time"]))
+        self.report("artifact", path=str(path), kind=f"checkpoint_{name}", step=self.step)
 
     def keep_step(self, forced: bool) -> None:
         """Kept steps (train.history): weights-only copies inside [history_from, history_to]."""
@@ -157,19 +145,14 @@ class Trainer:
         from trainer_core.contract.gguf_io import gguf_dtype
         state = {k: (v.half() if gguf_dtype(k, v.ndim) == "f16" and not k.startswith("out_proj") else v.float())
                  for k, v in self.model.state_dict().items()}
-        folder = self.ckpt / "history"
-        with atomic_path(folder / f"step{n}.pt") as tmp:
-            torch.save({"config": self.config.to_dict(), "model": state, "step": n, "steps": self.planned,
-                        "best_val_cos": self.best_val_cos, "mu": self.mu.cpu(), "sigma": self.sigma.cpu(),
-                        "standardized": self.config.standardized, "pack": self.pack.id}, tmp)
-        atomic_write_json(folder / f"step{n}.json", {"step": n, "steps": self.planned,
-                                                       "val_cos": self.val["val_cos"] if self.val_step == n else None,
-                                                       "best_val_cos": self.best_val_cos, "time": time.time()})
-        kept = sorted(folder.glob("step*.pt"), key=lambda p: int(p.stem[4:]))
-        for old in kept[:-t.history_keep] if t.history_keep else []:
-            old.unlink()
-            old.with_suffix(".json").unlink(missing_ok=True)
-        self._log(f"kept step {n} -> history/step{n}.pt")
+        path = checkpoints.save_kept_step(self.project, {
+            "config": self.config.to_dict(), "model": state, "step": n, "planned_steps": self.planned,
+            "best_val_cos": self.best_val_cos, "mu": self.mu.cpu(), "sigma": self.sigma.cpu(),
+            "standardized": self.config.standardized, "pack": self.pack.id}, checkpoints.Sidecar(
+            trained_steps=n, planned_steps=self.planned, best_val_cos=self.best_val_cos,
+            val_cos=self.val["val_cos"] if self.val_step == n and self.val else None, time=time.time()))
+        checkpoints.prune_kept_steps(self.project, t.history_keep)
+        self._log(f"kept step {n} -> {path.relative_to(self.project.root)}")
 
     # ------------------------------------------------------------ math
     def forward(self, batch: Batch, net: torch.nn.Module | None = None) -> torch.Tensor:
@@ -295,9 +278,9 @@ class Trainer:
         improved = self.val["val_cos"] > self.best_val_cos
         if improved:
             self.best_val_cos = self.val["val_cos"]
-        self.report("metric", step=self.step, steps=self.planned, best_val_cos=self.best_val_cos, **self.val)
-        with open(self.ckpt / "val.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": self.step, "steps": self.planned, **self.val,
+        self.report("metric", step=self.step, planned_steps=self.planned, best_val_cos=self.best_val_cos, **self.val)
+        with open(checkpoints.series_path(self.project, "val"), "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": self.step, "planned_steps": self.planned, **self.val,
                                 "best_val_cos": self.best_val_cos, "time": time.time()}) + "\n")
         self._log(f"val @ {self.step}: rel_mse {self.val['val_rel_mse']:.5f} cos {self.val['val_cos']:.5f} "
                   f"(best {self.best_val_cos:.5f})")
@@ -334,7 +317,7 @@ class Trainer:
             self._log(f"training already complete at step {self.step} (train.steps = {self.planned}); "
                       f"raise train.steps to continue")
             return "done"
-        self.report("status", status="running", resumed_at=self.step if resumed else 0, steps=self.planned)
+        self.report("status", status="running", resumed_at=self.step if resumed else 0, planned_steps=self.planned)
         t, window_start, window_samples, session = self.t, time.monotonic(), 0, (time.monotonic(), self.step)
         window_steps = 0          # steps in this log window: fewer than log_every right after a resume
         acc = {"loss": 0.0, "cos": 0.0, "rel_mse": 0.0}
@@ -353,7 +336,7 @@ class Trainer:
                 now = time.monotonic()
                 rate = window_samples / max(now - window_start, 1e-9)
                 steps_per_s = (self.step - session[1]) / max(now - session[0], 1e-9)
-                point = {"step": self.step, "steps": self.planned,
+                point = {"step": self.step, "planned_steps": self.planned,
                          **{k: float(v) / window_steps for k, v in acc.items()},
                          "lr": stats["lr"], "samples_per_s": round(rate, 2),
                          "eta_s": round((self.planned - self.step) / max(steps_per_s, 1e-9), 1)}
@@ -378,7 +361,7 @@ class Trainer:
                 self.keep_step(forced=final)
             if should_stop():
                 return self._stop()
-        if main and not (self.ckpt / "best.pt").exists():
+        if main and not checkpoints.exists(self.project, checkpoints.BEST):
             self.save("best")
         if main:
             self.project.snapshot_file.unlink(missing_ok=True)
@@ -392,7 +375,7 @@ class Trainer:
             self.validate()
         self.save("last")
         self.keep_step(forced=True)
-        if not (self.ckpt / "best.pt").exists():
+        if not checkpoints.exists(self.project, checkpoints.BEST):
             self.save("best")
         self._log(f"stop requested: saved last.pt at step {self.step}")
         return "stopped"
@@ -425,7 +408,7 @@ class Trainer:
         self.planned = steps
         if steps <= self.step:
             self.planned = self.step
-        self.report("status", status="running", steps=self.planned)
+        self.report("status", status="running", planned_steps=self.planned)
 
     # ------------------------------------------------------------ records
     def _record(self, point: dict[str, Any]) -> None:
@@ -435,13 +418,13 @@ class Trainer:
                     rate=point["samples_per_s"])
         self._log(f"step {self.step}/{self.planned} loss {point['loss']:.5f} rel_mse {point['rel_mse']:.5f} "
                   f"cos {point['cos']:.5f} lr {point['lr']:.3e} {point['samples_per_s']:.1f} p/s")
-        with open(self.ckpt / "metrics.jsonl", "a", encoding="utf-8") as f:
+        with open(checkpoints.series_path(self.project), "a", encoding="utf-8") as f:
             f.write(json.dumps({**point, "time": time.time()}) + "\n")
 
     def _truncate_metrics(self, step: int) -> None:
         """After a resume the series continues from `step`: points logged past the checkpoint
         (before a hard kill) are dropped, so the series never repeats or skips a step."""
-        for path in (self.ckpt / "metrics.jsonl", self.ckpt / "val.jsonl"):
+        for path in (checkpoints.series_path(self.project), checkpoints.series_path(self.project, "val")):
             if not path.is_file():
                 continue
             kept = [line for line in path.read_text("utf-8").splitlines()
@@ -474,7 +457,7 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
 def metric_series(project: Project, name: str = "metrics") -> list[dict[str, Any]]:
     """The training metrics of the project, one point per log interval, no repeats
     (name "val": the validation points, one per validation)."""
-    path = project.checkpoints_dir / f"{name}.jsonl"
+    path = checkpoints.series_path(project, name)
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]

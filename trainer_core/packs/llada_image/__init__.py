@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material, TrainerPack
@@ -85,6 +86,32 @@ class LLaDAPack(TrainerPack):
         return AdapterConfig("resampler", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
                              depth=t.depth, num_queries=dims["num_queries"])
 
+    # ------------------------------------------------------------ export: the SigVQ beside the adapter
+    def ggk_command(self, project: "Project") -> str:
+        from trainer_core.packs.llada_image.sigvq import sigvq_path
+        return super().ggk_command(project).replace("{sigvq}", str(sigvq_path(project)))
+
+    def export_extras(self, project: "Project", report: Any) -> None:
+        from trainer_core.packs.llada_image.sigvq import export_sigvq
+        sigvq, what = export_sigvq(project)
+        if what == "written":
+            report("artifact", path=str(sigvq), kind="sigvq_gguf", size=sigvq.stat().st_size)
+        elif what == "current":
+            report("log", level="info", message=f"{sigvq.name} is up to date")
+        elif what == "no source":
+            report("log", level="info", message="SigVQ not exported: the optional sigvq material is not on disk "
+                                                "(download it to get the editing encoder)")
+
+    def extra_outputs(self, project: "Project") -> list[Path]:
+        from trainer_core.packs.llada_image.sigvq import sigvq_path
+        path = sigvq_path(project)
+        return [path] if path.is_file() else []
+
+    def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
+        """The mock teacher stands in; a small random SigVQ file makes the export write its GGUF too."""
+        from trainer_core.packs.llada_image.tiny import write_tiny_sigvq
+        write_tiny_sigvq(self.resolve_material(project, "sigvq"))
+
 
 PACK = LLaDAPack(
     id="llada_image",
@@ -116,5 +143,10 @@ PACK = LLaDAPack(
                   "trained_steps", "val_batches"),
     teacher_control="placement",
     reference_dims={"out_dim": OUT_DIM, "num_queries": NUM_QUERIES},
-    ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf} --llm_vision {sigvq}",
+    ggk_args="--llm {student} --llm-adapter {gguf} --llm_vision {sigvq}",
+    extra_settings=("export.export_sigvq",),
+    # LLaDA's mock rows are 1.3 MB a prompt, so its corpus is smaller; they are learnt slowly at the
+    # recipe's 2e-4 in 200 steps
+    demo_settings=("corpus.n_train=96", "corpus.n_val=32", "precompute.shard_size=48",
+                   "precompute.val_shard_size=32", "precompute.mock_teacher=true", "train.lr=0.002"),
 )

@@ -8,11 +8,8 @@ safetensors it came from.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pathlib import Path
-
-from trainer_core.base.atomic import atomic_path
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the project layer sits above this one
     from trainer_core.project import Project
@@ -45,18 +42,18 @@ def export_sigvq(project: Project) -> tuple[Path | None, str]:
     import gguf
     import numpy as np
     from safetensors import safe_open
+
+    from trainer_core.contract.gguf_io import write_gguf   # lazy: torch stays out of the pack's import
     out.parent.mkdir(parents=True, exist_ok=True)
-    with safe_open(str(source), framework="pt") as f, atomic_path(out) as tmp:
-        writer = gguf.GGUFWriter(tmp, arch="sigvq")
+    with safe_open(str(source), framework="pt") as f:
         names = list(f.keys())
-        for name in names:
-            array = f.get_tensor(name).float().numpy().astype(np.float16)
-            writer.add_tensor(name, np.ascontiguousarray(array))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        written = {t.name for t in gguf.GGUFReader(tmp).tensors}
-        if written != set(names):                            # read back before the rename
-            raise OSError(f"{out.name}: {len(set(names) - written)} tensors missing after writing")
+
+        def check(tmp: Path) -> None:
+            written = {t.name for t in gguf.GGUFReader(tmp).tensors}
+            if written != set(names):
+                raise OSError(f"{out.name}: {len(set(names) - written)} tensors missing after writing")
+        # read from the open file inside the call; checked before the rename
+        tensors = ((name, np.ascontiguousarray(f.get_tensor(name).float().numpy().astype(np.float16)))
+                   for name in names)
+        write_gguf(out, "sigvq", tensors, check=check)
     return out, "written"

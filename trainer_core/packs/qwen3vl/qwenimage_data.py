@@ -72,8 +72,9 @@ def build_sample(tokenizer: Any, text: str, image_tokens: Sequence[int] = (), wh
     ok = ([n for _, n in slots] == list(image_tokens)
           and all(ids[s - 1] == VISION_START and s + n < len(ids) and ids[s + n] == VISION_END for s, n in slots))
     if not ok:
-        raise ModelFileError(f"The {what} tokenizer does not give the image slots the engine builds ({len(image_tokens)} "
-                             f"image(s) of {list(image_tokens)} tokens, found runs {[n for _, n in slots]}); use the "
+        raise ModelFileError(f"The {what} tokenizer does not give the image slots the engine builds "
+                             f"({len(image_tokens)} image(s) of {list(image_tokens)} tokens, found runs "
+                             f"{[n for _, n in slots]}); use the "
                              "pig_clip / Qwen3 tokenizer files.")
     return Sample(ids, slots)
 

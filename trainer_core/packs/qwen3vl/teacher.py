@@ -277,7 +277,8 @@ class Qwen3VLFullTeacher(Qwen3VLTeacher):
             mains = res.pooler_output.split(sizes)
             levels = [d.split(sizes) for d in res.deepstack_features]
             for j, (_, gh, gw) in enumerate(grids):   # kept in the compute dtype: the text stack gets what HF's gets
-                out.append(VisionOut(mains[j].to("cpu"), [lv[j].to("cpu") for lv in levels], (gh // MERGE, gw // MERGE)))
+                out.append(VisionOut(mains[j].to("cpu"), [lv[j].to("cpu") for lv in levels],
+                                     (gh // MERGE, gw // MERGE)))
         return out
 
     def hidden(self, token_lists: Sequence[Sequence[int]], vision: Sequence[Spliced]) -> list[torch.Tensor]:
@@ -303,7 +304,8 @@ class Qwen3VLFullTeacher(Qwen3VLTeacher):
                         for level, rows in zip(levels, v.deepstack):
                             level.append(rows.to(dev, self.dtype))
                 deepstack = [torch.cat(level) for level in levels] if levels else None
-                self.model.language_model(inputs_embeds=x, attention_mask=mask.long().to(dev), position_ids=positions.to(dev),
+                self.model.language_model(inputs_embeds=x, attention_mask=mask.long().to(dev),
+                                          position_ids=positions.to(dev),
                                           visual_pos_masks=visual.to(dev) if deepstack else None,
                                           deepstack_visual_embeds=deepstack)
         finally:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from trainer_core.base.errors import ModelFileError, TrainerError
 from trainer_core.packs.base import Budgets, Material, TrainerPack
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from trainer_core.contract.adapter import AdapterConfig
     from trainer_core.project import Project
 
-__all__ = ["VisionPack", "VisionSession", "PROBES", "qwen3vl_teacher"]
+__all__ = ["VisionPack", "VisionSession", "PROBES", "qwen3vl_teacher", "IMAGE_DEMO_SETTINGS", "DEMO_IMAGES"]
 
 PROBES = ("a sheep in sunglasses", "make it night", "", "Add snow, heavy")
 TEACHER_PATTERNS = ("config.json", "generation_config.json", "model.safetensors.index.json", "model-*.safetensors",
@@ -44,6 +44,16 @@ class VisionSession:
     weight: Any                               # vision_proj [in_dim, vis_dim] float32
     ref_areas: Sequence[Sequence[float]] = ()
     two_image_max_area: int = 0
+
+
+# the demo: a tiny random Qwen3-VL teacher and DEMO_IMAGES generated captioned scenes in a local folder
+DEMO_IMAGES = 32
+IMAGE_DEMO_SETTINGS = ("corpus.image_presets=[]", "corpus.image_folders=materials/demo_images", "corpus.n_image=64",
+                       "corpus.n_two=8", "corpus.n_text=48", "corpus.n_val_image=12", "corpus.n_val_text=12",
+                       "precompute.shard_size=60", "precompute.val_shard_size=24", "train.lr=0.001")
+# the disk estimate's sample: ~21 tokens of caption in a text-to-image sample, ~20 of instruction in
+# an edit, the merged tokens of a 384 × 384 reference image
+_T2I_TEXT, _EDIT_TEXT, _IMAGE_TOKENS = 21, 20, 144
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,8 @@ class VisionPack(TrainerPack):
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
-            raise ModelFileError(f"The teacher config {path} cannot be read ({e}); download the teacher again.") from None
+            raise ModelFileError(f"The teacher config {path} cannot be read ({e}); "
+                                 "download the teacher again.") from None
 
     def teacher_dims(self, project: "Project") -> dict[str, int]:
         """text_config.hidden_size and vision_config.out_hidden_size of the teacher's config.json (the
@@ -162,8 +173,8 @@ class VisionPack(TrainerPack):
 
         import torch
 
-        from trainer_core.packs.qwen3vl.vision_proj import (fit_vision_proj, load_vision_proj, safetensors_rows, save_vision_proj,
-                                   tensor_rows)
+        from trainer_core.packs.qwen3vl.vision_proj import (fit_vision_proj, load_vision_proj, safetensors_rows,
+                                                            save_vision_proj, tensor_rows)
         vis_dim = getattr(teacher, "vis_dim", None) or self.teacher_dims(project)["vis_dim"]
         path = project.root / "vision_proj.pt"
         saved = load_vision_proj(path, student.hidden_size, vis_dim)
@@ -187,7 +198,8 @@ class VisionPack(TrainerPack):
         fit = fit_vision_proj(source, tensor_rows(student_table, "the student's embed_tokens"))
         save_vision_proj(path, fit, self.id)
         report("log", level="info",
-               message=f"vision_proj fitted in {time.monotonic() - started:.1f} s: row cos mean {fit.fit_cos_mean:.4f}, "
+               message=f"vision_proj fitted in {time.monotonic() - started:.1f} s: "
+                       f"row cos mean {fit.fit_cos_mean:.4f}, "
                        f"5th percentile {fit.fit_cos_p5:.4f}, rel_mse {fit.rel_mse:.4g}; saved to {path.name}")
         return fit.weight
 
@@ -263,3 +275,38 @@ class VisionPack(TrainerPack):
         dims, t = self.teacher_dims(project), project.settings.train
         return AdapterConfig("token_aligned_vision", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
                              depth=t.depth, vis_dim=dims["vis_dim"])
+
+    def load_frozen(self, project: "Project", model: Any) -> None:
+        """vision_proj as precompute fitted it: frozen, the engine applies it and we never train it."""
+        import torch
+
+        from trainer_core.packs.qwen3vl.vision_proj import load_vision_proj
+        config = model.config
+        if not config.vis_dim:
+            return
+        saved = load_vision_proj(project.root / "vision_proj.pt", config.in_dim, config.vis_dim)
+        if saved is None:
+            raise TrainerError(f"{project.root / 'vision_proj.pt'} is missing or does not match this student and "
+                               "teacher; precompute fits it: reset the shards and run precompute again.")
+        with torch.no_grad():
+            model.vision_proj.weight.copy_(saved["weight"])
+
+    def shard_bytes(self, project: "Project", dims: Mapping[str, int], student_dim: int) -> float:
+        """A student and a teacher row per token of the template, text and suffix, plus the raw
+        vision rows of each reference image, averaged over the corpus mix."""
+        from trainer_core.packs.qwen3vl.vision_data import EDIT_START, HEADER_TOKENS, SUFFIX_IDS, T2I_START
+        c = project.settings.corpus
+        row = (student_dim + dims["out_dim"]) * 2
+        t2i_rows = T2I_START + _T2I_TEXT + len(SUFFIX_IDS)                 # 34 + 21 + 5
+        edit_rows = EDIT_START + HEADER_TOKENS + 1 + _EDIT_TEXT            # 64 + 7 + 20
+        samples = c.n_image + c.n_two + c.n_text + c.n_val_image + c.n_val_text
+        edits, images = c.n_image + c.n_val_image + c.n_two, c.n_image + c.n_val_image + 2 * c.n_two
+        return ((c.n_text + c.n_val_text) * t2i_rows * row + edits * edit_rows * row
+                + images * _IMAGE_TOKENS * (row + dims["vis_dim"] * 2)) / max(samples, 1)
+
+    def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
+        """A tiny random Qwen3-VL teacher and generated captioned scenes under materials/demo_images."""
+        from trainer_core.demo.fixtures import write_demo_images
+        from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl
+        write_tiny_qwen3vl(self.resolve_material(project, "teacher"))
+        write_demo_images(project.materials_dir / "demo_images", DEMO_IMAGES)

@@ -100,6 +100,11 @@ class PixArtPack(TrainerPack):
         return AdapterConfig("seeded_resampler", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
                              depth=t.depth, num_queries=dims["num_queries"], seed_vocab=dims["seed_vocab"])
 
+    def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
+        """A tiny real T5 encoder, its sentencepiece model trained on the demo prompts."""
+        from trainer_core.packs.t5xxl_pixart.tiny import write_tiny_t5
+        write_tiny_t5(self.resolve_material(project, "teacher"), prompts)
+
 
 PACK = PixArtPack(
     id="t5xxl_pixart",
@@ -135,5 +140,5 @@ PACK = PixArtPack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos", "cos_rms", "rel_mse", "worst_row_cos", "cos_eos", "roundtrip_cos",
                   "trained_steps", "val_batches"),
-    ggk_args="--llm pig_clip-q8_0.gguf --llm-adapter {gguf}",
+    ggk_args="--llm {student} --llm-adapter {gguf}",
 )

@@ -1,0 +1,89 @@
+"""contract/checkpoints.py: names, the typed sidecar (old and new), format checks, kept steps."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from trainer_core.base.errors import TrainerError
+from trainer_core.contract import checkpoints
+from trainer_core.contract.checkpoints import BEST, LAST, CheckpointError, Sidecar
+from trainer_core.project import Project
+
+
+@pytest.fixture
+def project(tmp_path):
+    return Project.create(tmp_path / "p", "t5xxl_pixart")
+
+
+def _record(step: int) -> dict:
+    return {"config": {}, "model": {"w": torch.full((2,), float(step))}, "step": step}
+
+
+def test_save_and_load_round_trip_with_a_typed_sidecar(project):
+    side = Sidecar(trained_steps=7, planned_steps=20, best_val_cos=0.5, val_cos=0.25, val={"val_cos": 0.25},
+                   val_step=7, time=1.0)
+    path = checkpoints.save(project, LAST, _record(7), side)
+    assert path == project.checkpoints_dir / "last.pt" and checkpoints.exists(project, LAST)
+    assert not checkpoints.exists(project, BEST)
+    on_disk = json.loads(path.with_suffix(".json").read_text())
+    assert on_disk["step"] == 7 and on_disk["planned_steps"] == 20 and "steps" not in on_disk
+    assert checkpoints.read_sidecar(project, LAST) == side
+    loaded = checkpoints.load(project, LAST)
+    assert loaded["format"] == checkpoints.FORMAT and torch.equal(loaded["model"]["w"], torch.full((2,), 7.0))
+
+
+def test_sidecars_of_earlier_versions_still_read(project):
+    project.checkpoints_dir.mkdir()
+    (project.checkpoints_dir / "last.json").write_text(json.dumps({"step": 5000, "steps": 20000}))
+    side = checkpoints.read_sidecar(project, LAST)
+    assert side.trained_steps == 5000 and side.planned_steps == 20000
+    (project.checkpoints_dir / "best.json").write_text("{not json")
+    assert checkpoints.read_sidecar(project, BEST) is None
+
+
+def test_another_format_is_refused_with_a_sentence(project):
+    path = checkpoints.save(project, BEST, _record(3), Sidecar(trained_steps=3))
+    torch.save({"format": checkpoints.FORMAT + 1, "model": {}, "step": 3}, path)
+    with pytest.raises(CheckpointError, match=f"format {checkpoints.FORMAT + 1}"):
+        checkpoints.load(project, BEST)
+
+
+def test_a_damaged_or_missing_checkpoint_is_one_clear_error(project):
+    with pytest.raises(TrainerError, match="has not saved it yet"):
+        checkpoints.load(project, BEST)
+    project.checkpoints_dir.mkdir()
+    (project.checkpoints_dir / "best.pt").write_bytes(b"\x80\x02 half a file")
+    with pytest.raises(CheckpointError, match="may be damaged"):
+        checkpoints.load(project, BEST)
+
+
+def test_names_are_last_best_or_a_kept_step(project):
+    assert checkpoints.weights_path(project, "step40") == project.checkpoints_dir / "history" / "step40.pt"
+    for bad in ("latest", "step", "stepx", "../x"):
+        with pytest.raises(CheckpointError, match="is not a checkpoint"):
+            checkpoints.weights_path(project, bad)
+
+
+def test_kept_steps_list_prune_and_delete(project):
+    for step in (10, 20, 30):
+        record = {**_record(step), "steps": 30}            # an earlier version's kept step: "steps"
+        checkpoints.save_kept_step(project, record, Sidecar(trained_steps=step, planned_steps=30))
+    assert [row["step"] for row in checkpoints.kept_steps(project)] == [30, 20, 10]
+    assert checkpoints.load(project, "step10")["planned_steps"] == 30
+    assert checkpoints.prune_kept_steps(project, 2) == [10]
+    assert [row["id"] for row in checkpoints.kept_steps(project)] == ["step30", "step20"]
+    checkpoints.delete_kept_step(project, "step20")
+    assert not (project.checkpoints_dir / "history" / "step20.json").exists()
+    with pytest.raises(CheckpointError, match="no kept step step20"):
+        checkpoints.delete_kept_step(project, "step20")
+    assert checkpoints.prune_kept_steps(project, 0) == []          # 0 keeps all
+
+
+def test_archive_moves_the_folder_aside(project):
+    assert checkpoints.archive(project) is None                       # nothing to archive
+    checkpoints.save(project, LAST, _record(1), Sidecar(trained_steps=1))
+    target = checkpoints.archive(project)
+    assert target.name.startswith("checkpoints.stale-") and (target / "last.pt").is_file()
+    assert not project.checkpoints_dir.exists()

@@ -1,0 +1,166 @@
+"""The `gguf-trainer` commands on materials and files: download, snapshot, inspect, infer
+(the parser and the project commands are in cli.py)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from trainer_core.base.errors import TrainerError
+from trainer_core.project import Project
+
+__all__ = ["cmd_download", "cmd_snapshot", "cmd_inspect", "cmd_infer"]
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    """Link copies found on disk, then download what is still missing, in the foreground."""
+    from trainer_core.materials import (DownloadError, adopt_existing, download, list_files, material_lock,
+                                        material_status, token_for, wanted)
+    project = Project.open(args.project)
+    for material_id, path in adopt_existing(project):
+        print(f"{material_id}: found and linked {path}")
+    project = Project.open(args.project)
+    ids = set(args.id or [])
+    unknown = ids - {m.id for m in project.pack.project_materials(project)}
+    if unknown:
+        raise TrainerError(f"{', '.join(sorted(unknown))}: no such material in {project.pack.id}; "
+                           f"choose from {', '.join(m.id for m in project.pack.project_materials(project))}.")
+    failed = 0
+    for m in project.pack.project_materials(project):
+        if (ids and m.id not in ids) or (not ids and not wanted(project, m)) or (args.required_only and not m.required):
+            continue
+        if m.kind == "local_file":
+            st = material_status(project, m)
+            print(f"{m.id}: {st.status}" + ("" if st.status == "ready" else f" — {m.hint or 'pick the file'} "
+                                             f"(gguf-trainer set --project DIR --set materials.{m.id}.path=FILE)"))
+            continue
+        try:
+            listing = list_files(m, token_for(project))
+        except Exception as e:      # noqa: BLE001 — offline, refused, unknown repo: say which
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            print(f"{m.id}: cannot list {m.repo} on the Hub ({first}); check the network, HF_ENDPOINT or "
+                  f"the token and run the command again", file=sys.stderr)
+            failed += 1
+            continue
+        if material_status(project, m, listing).status == "ready":
+            print(f"{m.id}: ready")
+            continue
+        with material_lock(project, m.id) as held:
+            if not held:
+                print(f"{m.id}: a detached download is already fetching it")
+                continue
+            try:
+                print(f"{m.id}: downloading {m.repo} ({m.size_hint or 'size from the Hub'})", flush=True)
+                download(project, m, _progress_line(m.id))
+                print(f"\r{m.id}: ready" + " " * 40)
+            except DownloadError as e:
+                print(f"\n{m.id}: {e}", file=sys.stderr)
+                failed += 1
+            except KeyboardInterrupt:
+                print(f"\n{m.id}: interrupted; run the same command again to continue where it stopped",
+                      file=sys.stderr)
+                return 130
+    return 1 if failed else 0
+
+
+def _progress_line(material_id: str):
+    def show(event: dict[str, Any]) -> None:
+        if event.get("type") == "progress" and event.get("total"):
+            pct = 100 * event["count"] / event["total"]
+            rate = event.get("rate") or 0
+            eta = f", ETA {event['eta_s']:.0f} s" if event.get("eta_s") is not None else ""
+            print(f"\r{material_id}: {pct:5.1f}% of {event['total'] / 2**20:.1f} MiB, {rate / 2**20:.1f} MiB/s{eta}   ",
+                  end="", file=sys.stderr, flush=True)
+    return show
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from trainer_core.snapshot import LOG_FILE, start_job, take_snapshot
+    project = Project.open(args.project)
+    if args.detach:
+        pid = start_job(project, args.checkpoint, args.eval, not args.no_fresh, args.device, args.timeout)
+        print(f"snapshot job launched (pid {pid}), logging to {project.root / LOG_FILE}")
+        return 0
+    entry = take_snapshot(project, args.checkpoint, not args.no_fresh, args.eval, args.device, args.timeout,
+                          say=lambda m: print(m, flush=True))
+    val = f", val cos {entry['val_cos']:.5f}" if entry["val_cos"] is not None else ""
+    print(f"{entry['path']}  (step {entry['step']}/{entry['planned_steps']}, {entry['checkpoint']}{val})")
+    if entry["eval"]:
+        print("  eval: " + ", ".join(f"{k} {v:.5f}" if isinstance(v, float) else f"{k} {v}"
+                                     for k, v in entry["eval"].items()))
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from trainer_core.inspect_file import describe_gguf
+    info = describe_gguf(args.file)
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        print(f"{info['file']}: {info['kind']} GGUF, {info['tensors']} tensors "
+              f"({', '.join(f'{n} {t}' for t, n in sorted(info['dtypes'].items()))}), {info['size']:,} bytes")
+        if info.get("variant"):
+            print(f"  variant: {info['variant']}")
+        for key, value in (info.get("config") or {}).items():
+            print(f"  {key}: {value}")
+        for key, value in info["kvs"].items():
+            print(f"  kv {key} = {value!r}")
+        for p in info["problems"]:
+            print(f"  PROBLEM{'' if p['fatal'] else ' (runs, but not what gguf-trainer writes)'}: {p['message']}")
+        if not info["problems"]:
+            print("  layout: OK")
+    return 1 if info["problems"] else 0
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    from trainer_core.base.errors import UsageError
+    from trainer_core.contract.gguf_io import read_adapter_gguf
+    from trainer_core.infer import compare_rows, read_ids, read_rows, run_adapter, save_rows
+    from trainer_core.contract.losses import health_verdict
+
+    adapter = read_adapter_gguf(args.adapter)
+    c = adapter.config
+    prompt_mode = [args.student, args.tokenizer, args.pack, args.prompt]
+    given = sum(x is not None for x in prompt_mode)
+    if not ((args.hidden is not None and given == 0) or (args.hidden is None and given == 4)):
+        raise UsageError("Give the student states with --hidden FILE, or --student, --tokenizer, --pack and "
+                         "--prompt to compute them (one of the two).")
+    if args.hidden is not None:
+        hidden = read_rows(args.hidden, c.in_dim, "--hidden")
+    else:
+        from trainer_core.packs import get_pack
+        from trainer_core.contract.student import load_student
+        pack = get_pack(args.pack)
+        student = load_student(args.student, args.tokenizer)
+        if student.hidden_size != c.in_dim:
+            raise UsageError(f"the student's hidden size is {student.hidden_size} but the adapter reads "
+                             f"{c.in_dim}-wide states; pass the student it was trained against.")
+        states, _ = student.encode([pack.format_prompt(args.prompt)])
+        hidden = states[0].numpy()
+    if args.vis and not c.vis_dim:
+        raise UsageError(f"--vis is only for adapters with a vision input; this one is a {c.kind}.")
+    t5_ids = read_ids(args.t5_ids) if args.t5_ids else None
+    vis = read_rows(args.vis, c.vis_dim, "--vis") if args.vis else None
+    rows = run_adapter(adapter, hidden, t5_ids, vis)
+    result: dict[str, Any] = {"adapter": str(adapter.path), "variant": c.kind, "input_rows": int(hidden.shape[0]),
+                              "output_shape": list(rows.shape)}
+    if args.out:
+        save_rows(args.out, rows)
+        result["out"] = args.out
+    if args.compare:
+        cmp = compare_rows(rows, read_rows(args.compare, c.out_dim, "--compare"))
+        result.update(compare=args.compare, rows_compared=cmp.rows, first_row=cmp.first_row, cos=cmp.cos,
+                      cos_centered=cmp.cos_centered, rel_mse=cmp.rel_mse, verdict=health_verdict(cmp.cos_centered))
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{result['variant']} adapter: {result['input_rows']} student rows -> output "
+          f"{result['output_shape'][0]} x {result['output_shape'][1]}")
+    if args.out:
+        print(f"wrote {args.out}")
+    if args.compare:
+        print(f"against {args.compare} ({cmp.rows} rows from row {cmp.first_row}): cos {cmp.cos:.6f}  "
+              f"centred cos {cmp.cos_centered:.6f}  rel_mse {cmp.rel_mse:.6g}")
+        print(result["verdict"])
+    return 0

@@ -1,0 +1,195 @@
+"""The checkpoints of a project: the only module that knows their file names and format.
+
+    checkpoints/last.pt + last.json     the resumable state (model, optimizer, stream, RNG, …)
+    checkpoints/best.pt + best.json     the same at the best validation so far
+    checkpoints/history/step<N>.pt      kept steps (train.history): weights only, + step<N>.json
+    checkpoints/metrics.jsonl, val.jsonl  the metric series of the train stage
+
+A checkpoint is named by the user's words: `last`, `best` or `step<N>`. Every `.pt` carries
+`format` (FORMAT); a file of another format is refused with a sentence, never misread. Every
+`.pt` has a JSON sidecar (`Sidecar`) that readers without torch use: `trained_steps` is the
+step the weights are at (`step` in the file), `planned_steps` the count in force when it was
+saved. Sidecars of earlier versions wrote `steps` for the planned count; `Sidecar.from_dict`
+still reads them.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainer_core.base.atomic import atomic_path, atomic_write_json, read_json
+from trainer_core.base.errors import TrainerError
+
+if TYPE_CHECKING:
+    from trainer_core.project import Project
+
+__all__ = [
+    "FORMAT", "LAST", "BEST", "Sidecar", "CheckpointError", "weights_path", "exists", "mtime", "read_sidecar",
+    "save", "load", "save_kept_step", "kept_steps", "prune_kept_steps", "delete_kept_step", "series_path",
+    "archive", "parse_name",
+]
+
+FORMAT = 1                 # of the .pt files; bump when their content changes meaning
+LAST, BEST = "last", "best"
+_HISTORY = "history"
+
+
+class CheckpointError(TrainerError):
+    """A checkpoint that is missing, damaged, or of another format."""
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """What a checkpoint's JSON sidecar says (read without torch)."""
+
+    trained_steps: int
+    planned_steps: int | None = None
+    best_val_cos: float | None = None
+    val_cos: float | None = None
+    val: dict[str, Any] | None = None
+    val_step: int | None = None
+    time: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Sidecar | None":
+        """A sidecar of this or an earlier version (`step`/`steps`); None if it is not one."""
+        if not isinstance(data, dict) or not isinstance(data.get("step"), int):
+            return None
+        planned = data.get("planned_steps", data.get("steps"))
+        return cls(trained_steps=data["step"], planned_steps=planned if isinstance(planned, int) else None,
+                   best_val_cos=data.get("best_val_cos"), val_cos=data.get("val_cos"), val=data.get("val"),
+                   val_step=data.get("val_step"), time=data.get("time"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file's keys: `step` (the trained steps, as events and metrics spell it) and
+        `planned_steps`."""
+        out = asdict(self)
+        out["step"] = out.pop("trained_steps")
+        return out
+
+
+def parse_name(which: str) -> str:
+    """`last`, `best` or `step<N>`; anything else is a clear error."""
+    if which in (LAST, BEST) or (which.startswith("step") and which[4:].isdigit()):
+        return which
+    raise CheckpointError(f'"{which}" is not a checkpoint; use last, best or step<N> (a kept step).')
+
+
+def weights_path(project: "Project", which: str) -> Path:
+    """The `.pt` file of `last`, `best` or `step<N>` (a kept step)."""
+    which = parse_name(which)
+    if which in (LAST, BEST):
+        return project.checkpoints_dir / f"{which}.pt"
+    return project.checkpoints_dir / _HISTORY / f"{which}.pt"
+
+
+def exists(project: "Project", which: str) -> bool:
+    return weights_path(project, which).is_file()
+
+
+def mtime(project: "Project", which: str) -> float | None:
+    try:
+        return weights_path(project, which).stat().st_mtime
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def read_sidecar(project: "Project", which: str) -> Sidecar | None:
+    return Sidecar.from_dict(read_json(weights_path(project, which).with_suffix(".json"), None))
+
+
+def save(project: "Project", which: str, record: dict[str, Any], sidecar: Sidecar) -> Path:
+    """Write `record` (with FORMAT) as the checkpoint's `.pt`, then its sidecar; both atomic."""
+    import torch
+    path = weights_path(project, which)
+    with atomic_path(path) as tmp:
+        torch.save({"format": FORMAT, **record}, tmp)
+    atomic_write_json(path.with_suffix(".json"), sidecar.to_dict())
+    return path
+
+
+def load(project_or_path: "Project | Path", which: str = BEST, map_location: Any = "cpu") -> dict[str, Any]:
+    """A checkpoint's record; refuses a missing, damaged or other-format file with one sentence."""
+    import torch
+    path = project_or_path if isinstance(project_or_path, Path) else weights_path(project_or_path, which)
+    try:
+        record = torch.load(path, map_location=map_location, weights_only=False)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} does not exist: the train stage has not saved it yet.") from None
+    except Exception as e:
+        raise CheckpointError(f"{path} cannot be read ({type(e).__name__}: {e}); it may be damaged — "
+                              f"train again from the other checkpoint.") from None
+    if not isinstance(record, dict) or "model" not in record:
+        raise CheckpointError(f"{path} is not a gguf-trainer checkpoint; remove it and train again.")
+    found = record.get("format", FORMAT)     # kept steps of earlier versions carry no format: they are 1
+    if found != FORMAT:
+        raise CheckpointError(f"{path} is a checkpoint of format {found}, and this version reads format "
+                              f"{FORMAT}; use the gguf-trainer version that wrote it, or reset training.")
+    if "steps" in record and "planned_steps" not in record:     # kept steps of earlier versions
+        record["planned_steps"] = record.pop("steps")
+    return record
+
+
+# ---------------------------------------------------------------- kept steps
+
+def save_kept_step(project: "Project", record: dict[str, Any], sidecar: Sidecar) -> Path:
+    """A weights-only copy at `sidecar.trained_steps` (train.history)."""
+    return save(project, f"step{sidecar.trained_steps}", record, sidecar)
+
+
+def kept_steps(project: "Project") -> list[dict[str, Any]]:
+    """Kept steps, newest first: their sidecars plus `id`, `size` and `path`."""
+    folder = project.checkpoints_dir / _HISTORY
+    rows = []
+    for path in folder.glob("step*.pt") if folder.is_dir() else []:
+        if not path.stem[4:].isdigit():
+            continue
+        info = Sidecar.from_dict(read_json(path.with_suffix(".json"), None))
+        if info is None:
+            continue
+        rows.append({**info.to_dict(), "id": path.stem, "size": path.stat().st_size, "path": str(path)})
+    return sorted(rows, key=lambda r: -r["step"])
+
+
+def prune_kept_steps(project: "Project", keep: int) -> list[int]:
+    """Delete all but the newest `keep` kept steps (0 keeps all); returns the steps deleted."""
+    if not keep:
+        return []
+    gone = [row["step"] for row in kept_steps(project)[keep:]]
+    for step in gone:
+        delete_kept_step(project, f"step{step}")
+    return gone
+
+
+def delete_kept_step(project: "Project", which: str) -> None:
+    """Delete a kept step (weights and sidecar); GGUFs exported from it stay."""
+    if not which.startswith("step"):
+        raise CheckpointError(f"There is no kept step {which}.")
+    path = weights_path(project, which)
+    if not path.is_file():
+        raise CheckpointError(f"There is no kept step {which}.")
+    path.unlink()
+    path.with_suffix(".json").unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- the folder
+
+def series_path(project: "Project", name: str = "metrics") -> Path:
+    """The train stage's metric series: `metrics` (one point per log interval) or `val`."""
+    return project.checkpoints_dir / f"{name}.jsonl"
+
+
+def archive(project: "Project") -> Path | None:
+    """Move checkpoints/ aside to checkpoints.stale-<time> (its shards were discarded)."""
+    folder = project.checkpoints_dir
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return None
+    target = project.root / f"checkpoints.stale-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while target.exists():
+        n += 1
+        target = project.root / f"checkpoints.stale-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+    folder.rename(target)
+    return target
