@@ -136,8 +136,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
         if student.hidden_size != c.in_dim:
             raise UsageError(f"the student's hidden size is {student.hidden_size} but the adapter reads "
                              f"{c.in_dim}-wide states; pass the student it was trained against.")
-        states, _ = student.encode([pack.format_prompt(args.prompt)])
-        hidden = states[0].numpy()
+        ids, mask = student.batch([student.ids(pack.student_chunks(args.prompt))])   # as the engine assembles it
+        hidden = student.hidden(ids, mask)[0].numpy()
     if args.vis and not c.vis_dim:
         raise UsageError(f"--vis is only for adapters with a vision input; this one is a {c.kind}.")
     t5_ids = read_ids(args.t5_ids) if args.t5_ids else None

@@ -12,6 +12,7 @@ from conftest import cli, copy_project, demo_with_corpus
 from trainer_core.base.errors import ModelFileError
 from trainer_core.base.events import ListReport
 from trainer_core.contract import checkpoints
+from trainer_core.contract.engine_bpe import TOKENIZATION
 from trainer_core.contract.adapter_export import checkpoint_model
 from trainer_core.contract.gguf_io import read_adapter_gguf
 from trainer_core.inspect_file import describe_gguf
@@ -60,7 +61,7 @@ def test_shards_from_the_tiny_teacher(demo, monkeypatch):
     assert precompute.run(project, report, split="val") == "done"
     logs = [e["message"] for e in report.of_type("log")]
     assert any("rotary table of model.rotary_emb" in m and "rebuilt" in m for m in logs)
-    assert (project.shards_dir("val") / "CONTRACT").read_text().strip() == "llada_image/2"
+    assert (project.shards_dir("val") / "CONTRACT").read_text().strip() == f"llada_image/2 {TOKENIZATION}"
     (path,) = shard_files(project, "val")
     shard = Shard(path)
     prompts = shard.prompts
@@ -82,7 +83,7 @@ def test_shards_from_the_tiny_teacher(demo, monkeypatch):
     assert lens == sorted(lens)                                  # the shard keeps the teacher-length order
 
 
-@pytest.mark.parametrize("old", ["llada_image/1", None])
+@pytest.mark.parametrize("old", ["llada_image/1", "llada_image/2", None])
 def test_shards_of_the_unfixed_teacher_are_discarded_and_checkpoints_archived(demo, old):
     assert precompute.run(demo, ListReport(), split="val") == "done"
     (path,) = shard_files(demo, "val")
@@ -98,9 +99,11 @@ def test_shards_of_the_unfixed_teacher_are_discarded_and_checkpoints_archived(de
     assert precompute.run(demo, report, split="val") == "done"
     why = f'written under "{old}"' if old else "written without a CONTRACT marker"
     assert any(f"val shards discarded: 1 were {why}" in e["message"] for e in report.of_type("log"))
+    assert any("prompts exactly as the engine does" in e["message"] for e in report.of_type("log"))
     (archived,) = demo.root.glob("checkpoints.stale-*")
     assert (archived / "last.pt").read_bytes() == b"trained on scrambled positions"
-    assert contract.read_text().strip() == "llada_image/2 mock-teacher" and stage_done(demo, "precompute_val")
+    assert contract.read_text().strip() == f"llada_image/2 {TOKENIZATION} mock-teacher"
+    assert stage_done(demo, "precompute_val")
 
 
 def test_the_demo_exports_a_folded_seedless_resampler_with_eval_metrics(template, tmp_path):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from conftest import REPO, copy_project, demo_with_corpus
+from trainer_core.contract.engine_bpe import TOKENIZATION
 from trainer_core.demo.build import build_demo
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import ListReport, parse_event
@@ -76,7 +77,7 @@ def test_shard_content_is_the_contract(demo):
     assert shard["stat_n"].tolist() == [t64.shape[0]]
     assert shard.meta["contract"] == "t5xxl_pixart/1" and shard.meta["mock_teacher"] is False
     assert (shard.meta["in_dim"], shard.meta["out_dim"]) == (64, teacher.out_dim)
-    assert (demo.shards_dir("val") / "CONTRACT").read_text() == "t5xxl_pixart/1\n"
+    assert (demo.shards_dir("val") / "CONTRACT").read_text() == f"t5xxl_pixart/1 {TOKENIZATION}\n"
     progress = report.of_type("progress")
     assert progress[-1]["count"] == progress[-1]["total"] == 1 and progress[-1]["eta_s"] == 0
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from trainer_core.base.atomic import atomic_path, atomic_write_text
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract import checkpoints
+from trainer_core.contract.engine_bpe import TOKENIZATION
 
 if TYPE_CHECKING:  # torch stays out of the CLI's and the driver's imports
     from trainer_core.project import Project
@@ -57,7 +58,9 @@ def mock_enabled(project: Project) -> bool:
 
 
 def contract_for(project: Project) -> str:
-    return project.pack.shard_contract + (" mock-teacher" if mock_enabled(project) else "")
+    """What the shards of this project must have been written under: the pack's contract, the
+    tokenization (engine_bpe.TOKENIZATION) and whether the teacher was the mock."""
+    return f"{project.pack.shard_contract} {TOKENIZATION}" + (" mock-teacher" if mock_enabled(project) else "")
 
 
 def shard_path(project: Project, split: str, index: int) -> Path:
@@ -112,7 +115,9 @@ def prepare_split(project: Project, split: str, log: Callable[[str], None], clea
         why = f'written under "{have}"' if have else "written without a CONTRACT marker"
         for path in stale:
             path.unlink()
-        log(f"{split} shards discarded: {len(stale)} were {why}, this run needs \"{want}\"")
+        log(f"{split} shards discarded: {len(stale)} were {why}, this run needs \"{want}\""
+            + ("" if have and TOKENIZATION in have else
+               " (this version tokenizes prompts exactly as the engine does, so their token ids change)"))
         archived = checkpoints.archive(project)
         if archived is not None:
             log(f"the checkpoints trained on them moved to {archived.name}/; training starts over")

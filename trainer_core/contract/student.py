@@ -2,9 +2,10 @@
 
 The student is read from a pig_clip GGUF (HF tensor names under `model.`, ne = torch shape
 reversed, any type the gguf package can dequantize) plus a snapshot folder holding its
-config.json and tokenizer.json. It tokenizes as the engine does (Qwen BPE over the formatted
-string, no BOS/EOS, added markers as their single ids, nothing -> <|endoftext|>) and its
-output is the final RMSNorm's hidden states (HF `last_hidden_state`).
+config.json and tokenizer.json. It tokenizes as the engine does (engine_bpe: the pack's chunks
+each encoded on its own with the engine's pre-tokenizer, no BOS/EOS, added markers as their single
+ids, nothing -> <|endoftext|>) and its output is the final RMSNorm's hidden states (HF
+`last_hidden_state`).
 
 Nothing here touches the clock or events; unusable files raise ModelFileError.
 """
@@ -19,6 +20,7 @@ from tokenizers import Tokenizer
 from transformers import Qwen3Config, Qwen3Model
 
 from trainer_core.contract.batching import greedy_batches, pad_batch
+from trainer_core.contract.engine_bpe import EMPTY_TOKEN_ID, EngineBPE
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.gguf_io import STUDENT_MARKER, dequantize, open_gguf
 
@@ -27,7 +29,6 @@ __all__ = [
     "read_student_gguf", "read_student_config", "load_tokenizer", "tokenize",
 ]
 
-EMPTY_TOKEN_ID = 151643          # <|endoftext|>: the engine's token for an empty prompt, and our pad
 GGUF_PREFIX = "model."           # pig_clip GGUF tensor names are the HF names under this prefix
 STUDENT_MARKER_TENSOR = STUDENT_MARKER  # ggk's front end tells a student GGUF by this tensor
 _IGNORED_TENSORS = {"lm_head.weight"}   # a tied head some exporters keep; the student has none
@@ -148,10 +149,11 @@ def _config_summary(config: Qwen3Config) -> str:
 class Student:
     """A loaded pig_clip student: its config, tokenizer and Qwen3Model (in eval mode)."""
 
-    def __init__(self, model: Qwen3Model, config: Qwen3Config, tokenizer: Tokenizer):
+    def __init__(self, model: Qwen3Model, config: Qwen3Config, tokenizer: Tokenizer, engine: EngineBPE):
         self.model = model
         self.config = config
-        self.tokenizer = tokenizer
+        self.tokenizer = tokenizer       # the Hugging Face tokenizer of the folder (checks, teachers)
+        self.engine = engine             # the engine's tokenization, which every id fed to the model comes from
         self.hidden_size: int = config.hidden_size
 
     @property
@@ -159,7 +161,12 @@ class Student:
         return self.model.embed_tokens.weight.device
 
     def tokenize(self, text: str) -> list[int]:
-        return tokenize(self.tokenizer, text)
+        """`text` as the engine encodes one chunk (no attention parse); never empty."""
+        return self.engine.encode_chunks([text])
+
+    def ids(self, chunks: list[str]) -> list[int]:
+        """A prompt's ids as the engine assembles them from its chunks (pack.student_chunks)."""
+        return self.engine.encode_chunks(chunks)
 
     def batch(self, token_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids [B, L] long, mask [B, L] bool): right-padded with EMPTY_TOKEN_ID, L = longest."""
@@ -178,12 +185,12 @@ class Student:
                              attention_mask=mask.to(self.device, torch.long))
         return out.last_hidden_state.float()  # [B, L, H]
 
-    def rows(self, texts: list[str], max_len: int, max_batch: int, tok_budget: int
+    def rows(self, token_lists: list[list[int]], max_len: int, max_batch: int, tok_budget: int
              ) -> tuple[list[list[int]], list[torch.Tensor], int]:
-        """(token ids, final-norm rows [len_i, H] bf16 on the CPU, number truncated) per text, in
-        input order; texts are tokenized, cut to `max_len` tokens, and run in length-sorted
-        greedy batches of at most `max_batch` samples and `tok_budget` padded tokens."""
-        tokens = [self.tokenize(t) for t in texts]
+        """(token ids, final-norm rows [len_i, H] bf16 on the CPU, number truncated) per prompt, in
+        input order; the ids are cut to `max_len` tokens and run in length-sorted greedy batches of
+        at most `max_batch` samples and `tok_budget` padded tokens."""
+        tokens = list(token_lists)
         truncated = sum(len(t) > max_len for t in tokens)
         tokens = [t[:max_len] for t in tokens]
         order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
@@ -237,11 +244,12 @@ def load_student(gguf_path: str | os.PathLike, snapshot_dir: str | os.PathLike,
         dtype = _DTYPES[dtype]
     config = read_student_config(snapshot_dir)
     tokenizer = load_tokenizer(snapshot_dir)
+    engine = EngineBPE.from_folder(snapshot_dir)
     state = read_student_gguf(gguf_path, config)
     model = _empty_model(config)
     model.load_state_dict(state, strict=True, assign=True)
     model.to(device=device, dtype=dtype).eval()
-    return Student(model, config, tokenizer)
+    return Student(model, config, tokenizer, engine)
 
 
 def _empty_model(config: Qwen3Config) -> Qwen3Model:

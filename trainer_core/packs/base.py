@@ -3,6 +3,7 @@
 A pack is declarative data (identity, adapter kind, corpus kind, materials, defaults,
 templates, export KVs, metric names, the ggk command line) plus a few hooks:
 
+    student_chunks(text)                   the engine's chunks of a prompt, each tokenized on its own
     teacher_dims(project)                  dimensions read from the teacher's config
     build_teacher(project, device)         the real teacher, loaded once per stage process
     build_mock_teacher(project)            synthetic targets of the right shapes
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer_core.base.errors import StageNotAvailableError, UsageError
+from trainer_core.contract.prompt_attention import parse_prompt_attention, plain_text
 
 if TYPE_CHECKING:  # the stages import torch; the registry stays light
     from trainer_core.contract.adapter import AdapterConfig
@@ -147,6 +149,18 @@ class TrainerPack:
         if not text and self.t2i_empty is not None:
             return self.t2i_empty
         return self.t2i_template.replace("{text}", text)
+
+    def student_chunks(self, text: str) -> list[str]:
+        """The pieces the engine encodes one by one for a text-to-image prompt: the template's
+        prefix, the user text split by the attention parse (brackets and weights gone), the
+        suffix. The default is the raw prompt alone (PixArt's student reads no template)."""
+        return [chunk for chunk, _ in parse_prompt_attention(text)]
+
+    def teacher_prompt(self, text: str) -> str:
+        """The string a text teacher tokenizes itself: the template around the prompt as the
+        engine's tokenizer reads it (the attention syntax removed; the weights scale rows after
+        the adapter, so the target is the unweighted one)."""
+        return self.format_prompt(plain_text(text) if text else text)
 
     def ggk_command(self, project: "Project") -> str:
         """The engine command line that uses the export (the student file as picked for training)."""

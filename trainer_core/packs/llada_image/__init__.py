@@ -11,7 +11,9 @@ if TYPE_CHECKING:
     from trainer_core.contract.adapter import AdapterConfig
     from trainer_core.project import Project
 
-from trainer_core.packs.llada_image.contract import EMPTY, MAX_LEN_TEACHER, NUM_QUERIES, OUT_DIM, TEMPLATE
+from trainer_core.contract.prompt_attention import parse_prompt_attention
+from trainer_core.packs.llada_image.contract import (EMPTY, MAX_LEN_TEACHER, NUM_QUERIES, OUT_DIM, PREFIX, SUFFIX,
+                                                     TEMPLATE)
 
 TEACHER = Material(
     "teacher", "LLaDA-Image-Turbo text encoder, QueryFormer, text_projection, tokenizer (teacher)",
@@ -26,6 +28,12 @@ SIGVQ = Material("sigvq", "SigVQ vision encoder (exported beside the adapter)", 
 
 @dataclass(frozen=True)
 class LLaDAPack(TrainerPack):
+
+    def student_chunks(self, text: str) -> list[str]:
+        """PREFIX | " " + text, attention-parsed | SUFFIX; the empty prompt is EMPTY in one piece."""
+        if not text:
+            return [EMPTY]
+        return [PREFIX, *(chunk for chunk, _ in parse_prompt_attention(" " + text)), SUFFIX]
 
     def teacher_dims(self, project: "Project") -> dict[str, int]:
         """projection_dim and num_queries of the snapshot's text_projection / queryformer configs
@@ -57,7 +65,7 @@ class LLaDAPack(TrainerPack):
         import torch
 
         from trainer_core.contract.batching import greedy_batches
-        formatted = [self.format_prompt(p) for p in prompts]
+        formatted = [self.teacher_prompt(p) for p in prompts]
         lens = teacher.text_lens(formatted)
         order = sorted(range(len(prompts)), key=lens.__getitem__)           # stable: by teacher length
         prompts, formatted = [prompts[i] for i in order], [formatted[i] for i in order]
@@ -65,7 +73,8 @@ class LLaDAPack(TrainerPack):
         rows = [teacher.forward_prompts([formatted[i] for i in batch]).to(torch.bfloat16)
                 for batch in greedy_batches(sizes, budgets.teacher_batch, budgets.tok_budget)]
         t = torch.cat(rows)                                                 # [S, NQ, out]
-        tokens, q_rows, truncated = student.rows(formatted, self.max_len_student, budgets.student_batch,
+        tokens, q_rows, truncated = student.rows([student.ids(self.student_chunks(p)) for p in prompts],
+                                                 self.max_len_student, budgets.student_batch,
                                                  budgets.student_tok_budget)
         t_pack = t.reshape(-1, t.shape[-1])
         t64 = t_pack.double()

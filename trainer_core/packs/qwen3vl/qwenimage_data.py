@@ -28,10 +28,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.packs.qwen3vl.vision_data import FACTOR, IMAGE_PAD, SUFFIX, SUFFIX_IDS, VISION_END, VISION_START
+from trainer_core.contract.prompt_attention import parse_prompt_attention
+from trainer_core.packs.qwen3vl.vision_data import (FACTOR, IMAGE_PAD, SUFFIX, SUFFIX_IDS, VISION_END, VISION_START,
+                                                    encode_chunks)
 
-__all__ = ["SYSTEM", "USER", "START", "SYSTEM_TOKENS", "FIRST_SLOT", "image_block", "sample_string", "Sample",
-           "build_sample", "check_templates", "target_size", "choose_area", "load_rgb_over_white", "preprocess"]
+__all__ = ["SYSTEM", "USER", "START", "SYSTEM_TOKENS", "FIRST_SLOT", "image_block", "sample_string", "sample_chunks",
+           "Sample", "build_sample", "check_templates", "target_size", "choose_area", "load_rgb_over_white",
+           "preprocess"]
 
 SYSTEM = "<|im_start|>system\nComprehend and analyze the provided prompt.<|im_end|>\n"
 USER = "<|im_start|>user\n"
@@ -48,6 +51,13 @@ def sample_string(text: str, image_tokens: Sequence[int] = ()) -> str:
     return SYSTEM + USER + blocks + (text or " ") + SUFFIX
 
 
+def sample_chunks(text: str, image_tokens: Sequence[int] = ()) -> list[str]:
+    """The pieces the engine encodes one by one: system, user turn and image blocks; the text (a
+    single space when empty) split by the attention parse; the suffix."""
+    head = SYSTEM + USER + "".join(image_block(i, n) for i, n in enumerate(image_tokens))
+    return [head, *(chunk for chunk, _ in parse_prompt_attention(text or " ")), SUFFIX]
+
+
 @dataclass(frozen=True)
 class Sample:
     ids: list[int]
@@ -58,7 +68,7 @@ class Sample:
 def build_sample(tokenizer: Any, text: str, image_tokens: Sequence[int] = (), what: str = "student") -> Sample:
     """Token ids and image slots (the runs of <|image_pad|>, checked against the requested counts
     and the vision markers around them)."""
-    ids = tokenizer.encode(sample_string(text, image_tokens), add_special_tokens=False).ids
+    ids = encode_chunks(tokenizer, sample_chunks(text, image_tokens))
     slots, i = [], 0
     while i < len(ids):
         if ids[i] == IMAGE_PAD:

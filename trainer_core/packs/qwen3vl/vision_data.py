@@ -30,12 +30,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from trainer_core.base.errors import ModelFileError
+from trainer_core.contract.prompt_attention import parse_prompt_attention
 
 __all__ = [
     "EDIT_PREFIX", "T2I_PREFIX", "SUFFIX", "EDIT_START", "T2I_START", "HEADER_TOKENS", "SUFFIX_IDS",
     "IMAGE_PAD", "VISION_START", "VISION_END", "FIRST_SLOT", "MAX_SIDE", "FACTOR", "CLIP_MEAN", "CLIP_STD",
-    "PATCH", "MERGE", "TEMPORAL", "header", "sample_string", "Sample", "build_sample", "check_templates",
-    "target_size", "image_tokens", "merged_tokens", "load_rgb", "clip_preprocess", "preprocess", "patchify",
+    "PATCH", "MERGE", "TEMPORAL", "header", "sample_string", "sample_chunks", "encode_chunks", "Sample", "build_sample",
+    "check_templates", "target_size", "image_tokens", "merged_tokens", "load_rgb", "clip_preprocess", "preprocess",
+    "patchify",
 ]
 
 EDIT_PREFIX = (
@@ -73,6 +75,21 @@ def sample_string(text: str, image_tokens: Sequence[int] = ()) -> str:
     return EDIT_PREFIX + blocks + text + SUFFIX
 
 
+def sample_chunks(text: str, image_tokens: Sequence[int] = ()) -> list[str]:
+    """The pieces the engine encodes one by one: the prefix (with the image blocks when editing),
+    the text split by the attention parse (none for an empty text), the suffix."""
+    head = sample_string("", image_tokens)[:-len(SUFFIX)]
+    return [head, *(chunk for chunk, _ in parse_prompt_attention(text) if text), SUFFIX]
+
+
+def encode_chunks(tokenizer: Any, chunks: Sequence[str]) -> list[int]:
+    """Chunks encoded one by one: the engine's tokenizer (EngineBPE) or, for a teacher's check, a
+    Hugging Face one."""
+    if hasattr(tokenizer, "encode_chunks"):
+        return tokenizer.encode_chunks(chunks)
+    return [i for chunk in chunks for i in tokenizer.encode(chunk, add_special_tokens=False).ids]
+
+
 @dataclass(frozen=True)
 class Sample:
     ids: list[int]
@@ -81,9 +98,9 @@ class Sample:
 
 
 def build_sample(tokenizer: Any, text: str, image_tokens: Sequence[int] = (), what: str = "student") -> Sample:
-    """Token ids (BPE over the whole string, no special tokens added) and image slots; the slot
-    positions are checked against the ids (a tokenizer that merges across a marker is refused)."""
-    ids = tokenizer.encode(sample_string(text, image_tokens), add_special_tokens=False).ids
+    """Token ids (the engine's chunks, no special tokens added) and image slots; the slot positions
+    are checked against the ids (a tokenizer that merges across a marker is refused)."""
+    ids = encode_chunks(tokenizer, sample_chunks(text, image_tokens))
     slots, start = [], FIRST_SLOT
     for n in image_tokens:
         ok = (start + n < len(ids) and ids[start - 1] == VISION_START and ids[start + n] == VISION_END

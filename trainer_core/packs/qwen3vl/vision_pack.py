@@ -159,7 +159,7 @@ class VisionPack(TrainerPack):
             for text in PROBES:
                 two = self.probe_counts[:2] if len(self.probe_counts) > 1 else self.probe_counts * 2
                 for counts in ((), self.probe_counts[:1], two):
-                    a = data.build_sample(student.tokenizer, text, counts)
+                    a = data.build_sample(student.engine, text, counts)
                     b = data.build_sample(teacher_tok, text, counts, what="teacher")
                     if a.ids != b.ids:
                         raise ModelFileError(f"The student and teacher tokenizers disagree on {text!r} with "
@@ -214,7 +214,7 @@ class VisionPack(TrainerPack):
         weight = session.weight                                             # vision_proj [in, vis]
         images = [self._preprocess(sample, session) for sample in prompts]
         counts = [[merged_tokens(im) for im in pre] for pre in images]
-        built = [data.build_sample(student.tokenizer, s["text"], n) for s, n in zip(prompts, counts)]
+        built = [data.build_sample(student.engine, s["text"], n) for s, n in zip(prompts, counts)]
         truncated = sum(len(b.ids) > self.max_len_student for b in built)
         order = sorted(range(len(prompts)), key=lambda i: len(built[i].ids))
         prompts, images, built = [prompts[i] for i in order], [images[i] for i in order], [built[i] for i in order]

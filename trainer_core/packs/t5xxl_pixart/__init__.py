@@ -76,7 +76,7 @@ class PixArtPack(TrainerPack):
             out = teacher.forward(windows[batch], lens[batch]).to("cpu", torch.bfloat16)  # [b, L, out]
             rows += [out[j, :int(lens[i])] for j, i in enumerate(batch)]
         t_pack = torch.cat(rows)                                             # [Σ seed_len, out]
-        tokens, q_rows, truncated = student.rows([self.format_prompt(p) for p in prompts],
+        tokens, q_rows, truncated = student.rows([student.ids(self.student_chunks(p)) for p in prompts],
                                                  self.max_len_student, budgets.student_batch,
                                                  budgets.student_tok_budget)
         t64 = t_pack.double()
