@@ -6,10 +6,13 @@ Downloads the ggk 0.9.7 sdist from PyPI (`pip download`, once, into ~/.cache/ggu
 --engine points at an unpacked one, compiles its tokenizer sources unchanged behind the small
 driver in bench/engine_driver/ (g++; about 40 s on 2 cores), and feeds both the engine and
 trainer_core every prompt of tests/data/engine_prompts.jsonl for the four packs: the student ids
-as the engine assembles them (text-to-image, and the edit samples of the two Qwen3-VL packs).
+as the engine assembles them (text-to-image, and the edit samples of the two Qwen3-VL packs), and
+PixArt's 120-slot T5 windows (over the tiny T5's vocabulary handed to the engine as a tokenizer
+pack, as bench/engine_t5_fixture.py does; the prompts of this table and of that fixture).
 `--write-fixture` stores the engine's ids in tests/data/engine_tokens.json, which
 tests/test_engine_tokens.py checks without a compiler. Needs no GPU; exits 0 with a note when
-there is no C++ compiler. Ends with one JSON line: per pack {equal, total}, and `all_equal`.
+there is no C++ compiler. Ends with one JSON line: per pack {equal, total}, `t5_windows`
+{equal, total}, and `all_equal`.
 """
 from __future__ import annotations
 
@@ -27,7 +30,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(REPO / "bench"))
+
+import engine_t5_fixture  # noqa: E402
 from trainer_core.contract.engine_bpe import EngineBPE  # noqa: E402
+from trainer_core.contract.engine_t5 import EngineT5  # noqa: E402
 from trainer_core.demo.fixtures import write_qwen_tokenizer  # noqa: E402
 from trainer_core.packs import get_pack  # noqa: E402
 
@@ -84,6 +91,23 @@ def our_ids(engine: EngineBPE, pack_id: str, item) -> list[int]:
     return engine.encode_chunks(pack.student_chunks(item))
 
 
+def compare_t5_windows(binary: Path, prompts: list[str], work: Path) -> dict[str, int]:
+    """The engine's T5 windows against EngineT5's, over the tiny T5 both are handed."""
+    prompts = [p for p in prompts + [p for _, p in engine_t5_fixture.PROMPTS] if p != "(a:.)"]
+    tiny = engine_t5_fixture.write_tiny_t5(work / "tiny_t5", engine_t5_fixture.TEXTS)
+    engine_t5_fixture.engine_pack(tiny, work / "t5pack")
+    rows = engine_t5_fixture.run_driver(str(binary), work / "t5pack", prompts, work)
+    ours = EngineT5.from_folder(tiny)
+    equal = 0
+    for prompt, row in zip(prompts, rows):
+        ids, n = ours.window(prompt, engine_t5_fixture.WINDOW)
+        if list(ids) == row["t5_ids"] and n == row["t5_len"]:
+            equal += 1
+        else:
+            print(f"t5 window: {prompt!r}\n  engine {row['t5_ids'][:30]}\n  ours   {list(ids)[:30]}", file=sys.stderr)
+    return {"equal": equal, "total": len(prompts)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", help="an unpacked ggk-0.9.7 sdist (default: download it from PyPI)")
@@ -120,7 +144,9 @@ def main() -> int:
                 print(f"{pack_id}: {item!r}\n  engine {ref['ids'][:40]}\n  ours   {mine[:40]}", file=sys.stderr)
         figures["packs"][pack_id] = {"equal": equal, "total": total}
         fixture["packs"][pack_id] = rows
-    figures["all_equal"] = all(v["equal"] == v["total"] for v in figures["packs"].values())
+    figures["t5_windows"] = compare_t5_windows(binary, [it for it in items if isinstance(it, str)], work)
+    figures["all_equal"] = all(v["equal"] == v["total"]
+                               for v in [*figures["packs"].values(), figures["t5_windows"]])
     if args.write_fixture:
         packs = ",\n".join(f"  {json.dumps(k)}: [\n" + ",\n".join("   " + json.dumps(r, ensure_ascii=False) for r in rows)
                            + "\n  ]" for k, rows in fixture.pop("packs").items())

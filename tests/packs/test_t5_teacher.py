@@ -1,10 +1,12 @@
 """The PixArt teacher on a tiny real T5 encoder (written by trainer_core.demo.fixtures) and the mock.
 
-Expected windows come from sentencepiece itself (pieces + EOS, pad 0 to 120), not from the
-code under test; expected rows come from the HF model run over the full 120-slot window.
+The windows are the engine's (contract/engine_t5.py; tests/packs/test_engine_t5.py checks them
+against ggk's own tokenizer): here they are checked for their shape rules (pieces + EOS, pad 0 to
+120, cut to 119 + EOS). Expected rows come from the HF model run over the full 120-slot window.
 """
 from __future__ import annotations
 
+import json
 import random
 import socket
 import zlib
@@ -15,6 +17,7 @@ import sentencepiece as spm
 import torch
 
 from trainer_core.base.errors import ModelFileError, UsageError
+from trainer_core.contract.prompt_attention import parse_prompt_attention
 from trainer_core.packs.t5xxl_pixart.teacher import (
     T5_EOS, T5_PAD, T5_WINDOW, MockT5Teacher, T5Teacher, auto_budgets, greedy_batches,
     load_t5_tokenizer, resolve_teacher_mode, seed_windows, teacher_weights_gib,
@@ -54,47 +57,40 @@ def teacher(t5_dir):
     return T5Teacher(t5_dir)
 
 
-def expected_window(sp, text: str) -> tuple[list[int], int]:
-    """The PixArt window from sentencepiece directly: ≤ 119 pieces, EOS, pads of 0."""
-    real = sp.encode(text)[:T5_WINDOW - 1] + [T5_EOS]
-    return real + [T5_PAD] * (T5_WINDOW - len(real)), len(real)
-
-
-def single_piece_word(sp) -> str:
+def single_piece_word(tok) -> str:
     """A word that is one piece alone and n pieces repeated n times."""
     for word in WORDS:
-        if len(sp.encode(word)) == 1 and len(sp.encode(" ".join([word] * 7))) == 7:
+        if len(tok.encode(word)) == 1 and len(tok.encode(" ".join([word] * 7))) == 7:
             return word
     raise AssertionError("no single-piece word in the tiny vocabulary")
 
 
 # ---------------------------------------------------------------- real teacher rows
 
-def test_batched_rows_equal_full_window_runs_bit_for_bit(teacher, sp):
+def test_batched_rows_equal_full_window_runs_bit_for_bit(teacher):
     prompts = make_prompts(198, seed=7, max_words=25) + ["", "café au lait à São Paulo 東京 🐱🚀"]
     ids, lens = teacher.seed_windows(prompts)
     out = teacher.forward(ids, lens)
     longest = int(lens.max())
     assert out.dtype == torch.float32 and out.shape == (len(prompts), longest, teacher.out_dim)
-    assert 1 == int(lens.min()) and longest < T5_WINDOW   # the batch really is cut short
+    assert 2 == int(lens.min()) and longest < T5_WINDOW   # the batch really is cut short
     with torch.inference_mode():
         for i, text in enumerate(prompts):
-            window, n = expected_window(sp, text)
+            window, n = teacher.tokenizer.window(text, T5_WINDOW)
             full_ids = torch.tensor([window])                                  # [1, 120]
-            full_mask = (full_ids != T5_PAD).long()
-            full_mask[0, 0] = 1                                                # an empty prompt is [EOS]
+            full_mask = (torch.arange(T5_WINDOW) < n).long()[None]             # [1, 120]: pieces + EOS
             ref = teacher.model(input_ids=full_ids, attention_mask=full_mask).last_hidden_state
-            assert int(lens[i]) == n
+            assert int(lens[i]) == n and ids[i].tolist() == window
             assert torch.equal(out[i, :n], ref[0, :n]), (i, text)
 
 
-def test_real_rows_are_the_real_slots(teacher, sp):
+def test_real_rows_are_the_real_slots(teacher):
     prompts = ["a cat", "", "golden hour cinematic lighting over the harbor"]
     rows = teacher.real_rows(prompts)
     ids, lens = teacher.seed_windows(prompts)
     out = teacher.forward(ids, lens)
     for i, text in enumerate(prompts):
-        n = expected_window(sp, text)[1]
+        n = teacher.tokenizer.window(text, T5_WINDOW)[1]
         assert rows[i].shape == (n, teacher.out_dim)
         assert torch.equal(rows[i], out[i, :n])
 
@@ -102,8 +98,9 @@ def test_real_rows_are_the_real_slots(teacher, sp):
 # ---------------------------------------------------------------- seed windows
 
 @pytest.mark.parametrize("case", ["empty", "long", "exactly_119", "exactly_118", "unicode", "spaces"])
-def test_seed_window_table(teacher, sp, case):
-    word = single_piece_word(sp)
+def test_seed_window_table(teacher, case):
+    tok = teacher.tokenizer
+    word = single_piece_word(tok)
     text = {
         "empty": "",
         "long": " ".join(make_prompts(40, seed=3)),
@@ -112,28 +109,31 @@ def test_seed_window_table(teacher, sp, case):
         "unicode": "crème brûlée, naïve 東京の夜景 🐱🚀 Ωmega",
         "spaces": "  two  spaces\tand a tab ",
     }[case]
-    window, n = expected_window(sp, text)
-    ids, lens = seed_windows(teacher.tokenizer, [text])
-    assert ids.dtype == torch.long and lens.dtype == torch.long
-    assert ids.shape == (1, T5_WINDOW) and ids[0].tolist() == window and int(lens[0]) == n
-    assert int(ids[0, n - 1]) == T5_EOS and (ids[0, n:] == T5_PAD).all()
+    pieces = [i for chunk, _ in parse_prompt_attention(text) for i in tok.encode(chunk)]
+    ids, lens = seed_windows(tok, [text])
+    n = int(lens[0])
+    assert ids.dtype == torch.long and lens.dtype == torch.long and ids.shape == (1, T5_WINDOW)
+    assert ids[0].tolist() == pieces[:n - 1] + [T5_EOS] + [T5_PAD] * (T5_WINDOW - n)
+    assert n == min(len(pieces) + 1, T5_WINDOW)
     assert (ids < teacher.vocab_size).all()
-    expected_len = {"empty": 1, "long": 120, "exactly_119": 120, "exactly_118": 119}
+    expected_len = {"empty": 2, "long": 120, "exactly_119": 120, "exactly_118": 119}
     if case in expected_len:
         assert n == expected_len[case]
-    if case == "empty":
-        assert window[:2] == [T5_EOS, T5_PAD]
+    if case == "empty":   # the engine's empty prompt is [▁, EOS] (Hugging Face's T5 gave [EOS])
+        assert ids[0, :3].tolist() == [tok.piece_id("▁"), T5_EOS, T5_PAD]
     if case == "long":
-        assert len(sp.encode(text)) > 119
-    if case == "unicode":
-        assert 2 in window   # characters the tiny vocabulary never saw are <unk>, not dropped
+        assert len(pieces) > 119
+    if case == "unicode":   # characters the tiny vocabulary never saw are one <unk> each, not fused
+        assert tok.unk_id in pieces and tok.encode("🐱🚀") == [tok.piece_id("▁"), tok.unk_id, tok.unk_id]
+    if case == "spaces":    # a leading space is a ▁ piece of its own; the tab stays, as <unk>
+        assert pieces[0] == tok.piece_id("▁") and tok.unk_id in pieces
 
 
 def test_sentinels_follow_the_pieces_like_t5(teacher, sp):
     tok = teacher.tokenizer
     assert teacher.vocab_size == sp.get_piece_size() + T5_EXTRA_IDS == len(tok)
-    assert tok.convert_tokens_to_ids("<extra_id_0>") == teacher.vocab_size - 1
-    assert tok.convert_tokens_to_ids("<extra_id_99>") == sp.get_piece_size()
+    assert tok.piece_id("<extra_id_0>") == teacher.vocab_size - 1
+    assert tok.piece_id("<extra_id_99>") == sp.get_piece_size()
 
 
 def test_no_prompts_give_empty_windows(teacher):
@@ -144,6 +144,13 @@ def test_no_prompts_give_empty_windows(teacher):
 
 def test_tokenizer_folder_without_spiece_is_refused(tmp_path):
     with pytest.raises(ModelFileError, match="spiece.model"):
+        load_t5_tokenizer(tmp_path)
+
+
+def test_tokenizer_without_t5_pad_and_eos_ids_is_refused(tmp_path):
+    vocab = [["</s>", 0.0], ["<pad>", 0.0], ["<unk>", 0.0], ["▁", -1.0]]   # EOS and PAD swapped
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "Unigram", "unk_id": 2, "vocab": vocab}}))
+    with pytest.raises(ModelFileError, match="</s> = 1 and <pad> = 0"):
         load_t5_tokenizer(tmp_path)
 
 
@@ -281,4 +288,4 @@ def test_tiny_t5_loads_offline(t5_dir, sp, monkeypatch):
     teacher = T5Teacher(t5_dir, device="cpu", mode="auto")
     assert (teacher.out_dim, teacher.vocab_size) == (64, sp.get_piece_size() + T5_EXTRA_IDS)
     assert teacher.mode == "cpu"
-    assert [r.shape[0] for r in teacher.real_rows(["a cat", ""])] == [len(sp.encode("a cat")) + 1, 1]
+    assert [r.shape[0] for r in teacher.real_rows(["a cat", ""])] == [len(teacher.tokenizer.encode("a cat")) + 1, 2]

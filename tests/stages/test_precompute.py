@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from conftest import REPO, copy_project, demo_with_corpus
+from trainer_core.contract.corpus_files import read_corpus
 from trainer_core.contract.engine_bpe import TOKENIZATION
 from trainer_core.demo.build import build_demo
 from trainer_core.base.errors import TrainerError
@@ -54,7 +55,7 @@ def test_shard_content_is_the_contract(demo):
     student = load_student(pack.resolve_material(demo, "student"), pack.resolve_material(demo, "student_tokenizer"),
                            dtype="bf16")
     prompts = shard.prompts
-    val = corpus.read_corpus(demo.corpus_files()[1])
+    val = read_corpus(demo.corpus_files()[1])
     assert sorted(prompts) == sorted(val) and len(shard) == 40
     windows, lens = teacher.seed_windows(prompts)
     assert lens.tolist() == sorted(lens.tolist())                      # sorted by seed length

@@ -1,8 +1,9 @@
 """The PixArt teacher: T5-XXL v1.1's encoder over the 120-slot PixArt caption window.
 
-The window is what ggk's PixArtT5Embedder builds: the T5 sentencepiece pieces of the raw
-prompt, EOS (1) appended, truncated to 119 pieces + EOS, padded with 0 to 120 slots. A
-prompt's real slots are its pieces plus EOS (an empty prompt is [EOS]); the targets are
+The window is what ggk's PixArtT5Embedder builds, with the engine's own T5 tokenizer
+(contract/engine_t5.py, not sentencepiece or Hugging Face's): the pieces of the prompt's
+attention chunks, EOS (1) appended, truncated to 119 pieces + EOS, padded with 0 to 120 slots.
+A prompt's real slots are its pieces plus EOS (an empty prompt is [▁, EOS]); the targets are
 the encoder's last_hidden_state at those slots. T5 is bidirectional with a relative
 position bias, so a real row does not depend on how many pads follow it: the batch runs
 over its longest real length only, and its rows equal a full 120-slot run bit for bit.
@@ -22,6 +23,7 @@ import torch
 
 from trainer_core.contract.batching import greedy_batches
 from trainer_core.contract.devices import gpu_budget_gib, is_big_card
+from trainer_core.contract.engine_t5 import EOS_ID, PAD_ID, EngineT5
 from trainer_core.base.errors import ModelFileError, UsageError
 
 __all__ = [
@@ -31,8 +33,8 @@ __all__ = [
 ]
 
 T5_WINDOW = 120      # PixArt's caption length: slots per prompt (y_embedding is [4096, 120])
-T5_EOS = 1           # </s>, appended after the pieces; the last real slot
-T5_PAD = 0           # <pad>, fills the window after EOS
+T5_EOS = EOS_ID      # </s> (1), appended after the pieces; the last real slot
+T5_PAD = PAD_ID      # <pad> (0), fills the window after EOS
 
 TEACHER_MODES = ("auto", "gpu", "offload")
 _RESIDENT_HEADROOM_GIB = 2.5   # activations and the CUDA context next to the resident weights
@@ -45,40 +47,23 @@ _SMALL_CARD_BUDGETS = {"teacher_batch": 64, "tok_budget": 8192, "student_batch":
 
 # ---------------------------------------------------------------- tokenizer and windows
 
-def load_t5_tokenizer(root: str | os.PathLike):
-    """The T5 tokenizer of a snapshot folder (spiece.model, converted to a fast tokenizer at
-    load, or tokenizer.json), checked to build windows the way the engine does."""
-    from transformers import T5Tokenizer  # transformers 5: one tokenizers-backed class
-
-    root = Path(root)
-    if not (root / "spiece.model").is_file() and not (root / "tokenizer.json").is_file():
-        raise ModelFileError(f"The T5 teacher folder {root} has neither spiece.model nor tokenizer.json; "
-                             "download callgg/t5-v1_1-xxl-encoder-bf16 again.")
-    try:
-        tokenizer = T5Tokenizer.from_pretrained(root)
-    except ImportError as e:
-        raise ModelFileError(f"Reading {root / 'spiece.model'} needs sentencepiece and protobuf ({e}); "
-                             "install them with: pip install sentencepiece protobuf") from None
-    except (OSError, ValueError) as e:
-        raise ModelFileError(f"The T5 tokenizer in {root} cannot be loaded ({e}); download the "
-                             "teacher snapshot again.") from None
-    # The window relies on the tokenizer itself appending EOS and padding with id 0.
-    if tokenizer("")["input_ids"] != [T5_EOS] or tokenizer.pad_token_id != T5_PAD:
-        raise ModelFileError(f"The T5 tokenizer in {root} does not end a prompt with </s> = {T5_EOS} "
-                             f"and pad with <pad> = {T5_PAD}; it is not a T5 v1.1 tokenizer.")
+def load_t5_tokenizer(root: str | os.PathLike) -> EngineT5:
+    """The engine's T5 tokenizer over a snapshot folder's vocabulary (spiece.model, or
+    tokenizer.json), checked to mean by PAD and EOS what the engine writes into the window."""
+    tokenizer = EngineT5.from_folder(root)
+    # The engine pads with id 0 and ends with id 1 whatever the vocabulary says; the teacher
+    # must read those ids as <pad> and </s>.
+    if tokenizer.piece_id("<pad>") != T5_PAD or tokenizer.piece_id("</s>") != T5_EOS:
+        raise ModelFileError(f"The T5 tokenizer in {root} does not have </s> = {T5_EOS} and "
+                             f"<pad> = {T5_PAD}; it is not a T5 v1.1 tokenizer.")
     return tokenizer
 
 
-def seed_windows(tokenizer, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids LongTensor [B, 120], lens LongTensor [B]) for the raw prompts: pieces + EOS,
-    truncated to 119 pieces + EOS, padded with 0; len counts the real slots (≥ 1)."""
-    if not prompts:
-        return torch.zeros(0, T5_WINDOW, dtype=torch.long), torch.zeros(0, dtype=torch.long)
-    enc = tokenizer(list(prompts), padding="max_length", max_length=T5_WINDOW, truncation=True,
-                    return_tensors="pt")
-    ids = enc["input_ids"].long()                                   # [B, 120]
-    lens = enc["attention_mask"].sum(dim=1).clamp(min=1).long()      # [B]
-    return ids, lens
+def seed_windows(tokenizer: EngineT5, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids LongTensor [B, 120], lens LongTensor [B]) for the raw prompts as the engine builds
+    them: pieces + EOS, truncated to 119 pieces + EOS, padded with 0; len counts the real
+    slots (≥ 2: even the empty prompt is [▁, EOS])."""
+    return tokenizer.windows(prompts, T5_WINDOW)
 
 
 # ---------------------------------------------------------------- memory placement
@@ -179,6 +164,9 @@ class T5Teacher(_WindowTeacher):
         self.model = model
         self.out_dim = int(model.config.d_model)
         self.vocab_size = int(model.config.vocab_size)
+        if len(self.tokenizer) > self.vocab_size:   # T5 v1.1: 32100 ids, 32128 embedding rows
+            raise ModelFileError(f"The T5 tokenizer in {self.root} has {len(self.tokenizer)} ids but the "
+                                 f"encoder embeds only {self.vocab_size}; download the teacher snapshot again.")
 
     def seed_windows(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         return seed_windows(self.tokenizer, prompts)
