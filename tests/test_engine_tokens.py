@@ -74,6 +74,7 @@ def test_the_engine_crash_prompt_is_recorded_and_parses_here(engine):
     ("\\(lit\\) \\[x\\]", [("(lit\\) \\[x\\]", 1.0)]),      # only \( is unescaped
     ("aspect (16:9)", [("aspect ", 1.0), ("16", 9.0)]),
     ("10:30) x", [("10 x", 1.0)]),                            # a weight with no "(" open is dropped
+    ("a:.) b", [("a b", 1.0)]),                               # … even one std::stof would reject
     ("cat BREAK dog", [("cat ", 1.0), ("BREAK", -1.0), (" dog", 1.0)]),
     ("BREAKfast", [("BREAKfast", 1.0)]),
     ("a ]b", [("a ]b", 1.0)]),                                # nothing open: kept as text

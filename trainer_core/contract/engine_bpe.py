@@ -66,73 +66,52 @@ def _punct(c: str) -> bool:
     return not _is_letter(c) and not _is_number(c) and not _c_isspace(c)
 
 
+def _span(text: str, i: int, keep) -> int:
+    """The end of the run of characters from i that `keep` accepts."""
+    while i < len(text) and keep(text[i]):
+        i += 1
+    return i
+
+
+def _newline(c: str) -> bool:
+    return ord(c) in _NEWLINES
+
+
 def token_split(text: str) -> list[str]:
-    """The engine's pre-tokenizer over one plain segment (no added tokens in it)."""
+    """The engine's pre-tokenizer over one plain segment (no added tokens in it); its rules in
+    order, the first that applies wins."""
     out: list[str] = []
     n, i = len(text), 0
     while i < n:
         c = text[i]
         if c == "'" and i + 1 < n:                                    # contractions, lower-cased
             x = text[i + 1].lower() if text[i + 1].isascii() else text[i + 1]
-            if x in ("s", "t", "m"):
-                out.append("'" + x)
-                i += 2
+            y = x + (text[i + 2].lower() if text[i + 2].isascii() else text[i + 2]) if i + 2 < n else ""
+            if x in ("s", "t", "m") or y in ("re", "ve", "ll"):
+                piece = x if x in ("s", "t", "m") else y
+                out.append("'" + piece)
+                i += 1 + len(piece)
                 continue
-            if i + 2 < n:
-                y = x + (text[i + 2].lower() if text[i + 2].isascii() else text[i + 2])
-                if y in ("re", "ve", "ll"):
-                    out.append("'" + y)
-                    i += 3
-                    continue
         if _is_number(c):
-            out.append(c)
-            i += 1
-            continue
-        if not _is_letter(c) and c not in "\r\n" and i + 1 < n and _is_letter(text[i + 1]):
-            j = i + 1                                                  # one non-letter, then letters
-            while j < n and _is_letter(text[j]):
-                j += 1
-            out.append(text[i:j])
-            i = j
-            continue
-        if _is_letter(c):
-            j = i
-            while j < n and _is_letter(text[j]):
-                j += 1
-            out.append(text[i:j])
-            i = j
-            continue
-        if c == " " and i + 1 < n and _punct(text[i + 1]):             # " " + punctuation run
             j = i + 1
-            while j < n and _punct(text[j]):
-                j += 1
-            while j < n and ord(text[j]) in _NEWLINES:
-                j += 1
-            out.append(text[i:j])
-            i = j
-            continue
-        if _punct(c):
-            j = i
-            while j < n and _punct(text[j]):
-                j += 1
-            while j < n and ord(text[j]) in _NEWLINES:
-                j += 1
-            out.append(text[i:j])
-            i = j
-            continue
-        if _is_space(c):
-            j = i
-            while j < n and _is_space(text[j]):
-                j += 1
-            last_newline = max((k for k in range(i, j) if ord(text[k]) in _NEWLINES), default=-1)
+        elif not _is_letter(c) and c not in "\r\n" and i + 1 < n and _is_letter(text[i + 1]):
+            j = _span(text, i + 1, _is_letter)                        # one non-letter, then letters
+        elif _is_letter(c):
+            j = _span(text, i, _is_letter)
+        elif (c == " " and i + 1 < n and _punct(text[i + 1])) or _punct(c):
+            j = _span(text, _span(text, i + 1, _punct), _newline)     # [" "] punctuation run, newlines
+        elif _is_space(c):
+            j = _span(text, i, _is_space)
+            last_newline = max((k for k in range(i, j) if _newline(text[k])), default=-1)
             if last_newline >= 0:
                 j = last_newline + 1
             elif j < n and j - i > 1:
                 j -= 1                                                 # the last space joins the next word
-            out.append(text[i:j])
-            i = j
+        else:
+            i += 1                                                     # C-space, not engine space: dropped
             continue
-        i += 1                                                         # C-space, not engine space: dropped
+        out.append(text[i:j])
+        i = j
     return out
 
 

@@ -65,9 +65,9 @@ def parse_prompt_attention(text: str) -> list[tuple[str, float]]:
             round_open.append(len(res))
         elif token == "[":
             square_open.append(len(res))
-        elif weight is not None and (factor := _stof(weight)) is not None:
-            if round_open:
-                scale(round_open.pop(), factor)
+        elif weight is not None and (not round_open or _stof(weight) is not None):
+            if round_open:                    # with no "(" open the weight is dropped, unread
+                scale(round_open.pop(), _stof(weight))
         elif token == ")" and round_open:
             scale(round_open.pop(), _ROUND)
         elif token == "]" and square_open:
