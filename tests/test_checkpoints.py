@@ -87,3 +87,64 @@ def test_archive_moves_the_folder_aside(project):
     target = checkpoints.archive(project)
     assert target.name.startswith("checkpoints.stale-") and (target / "last.pt").is_file()
     assert not project.checkpoints_dir.exists()
+
+
+# ---------------------------------------------------------------- damaged files (issue 18, item 4)
+
+def test_a_checkpoint_that_does_not_read_back_never_replaces_the_previous_one(project, monkeypatch):
+    checkpoints.save(project, LAST, _record(5), Sidecar(trained_steps=5))
+    real_save = torch.save
+
+    def truncated_save(obj, path):           # a write that went wrong: half the bytes
+        real_save(obj, path)
+        data = open(path, "rb").read()
+        open(path, "wb").write(data[: len(data) // 2])
+    monkeypatch.setattr(torch, "save", truncated_save)
+    with pytest.raises(checkpoints.DamagedCheckpointError, match="does not read back.*previous last.pt is kept"):
+        checkpoints.save(project, LAST, _record(6), Sidecar(trained_steps=6))
+    monkeypatch.setattr(torch, "save", real_save)
+    assert checkpoints.load(project, LAST)["step"] == 5
+    assert checkpoints.read_sidecar(project, LAST).trained_steps == 5
+    assert not list(project.checkpoints_dir.glob(".*.tmp"))
+
+
+def test_resume_takes_the_newest_checkpoint_that_reads(project):
+    needs = ("model", "step")
+    assert checkpoints.load_resumable(project, needs) == (None, None, [])
+    checkpoints.save(project, BEST, _record(4), Sidecar(trained_steps=4))
+    path = checkpoints.save(project, LAST, _record(6), Sidecar(trained_steps=6))
+    which, record, skipped = checkpoints.load_resumable(project, needs)
+    assert (which, record["step"], skipped) == (LAST, 6, [])
+    path.write_bytes(path.read_bytes()[:100])                       # truncated
+    which, record, skipped = checkpoints.load_resumable(project, needs)
+    assert (which, record["step"]) == (BEST, 4) and len(skipped) == 1 and "last.pt cannot be read" in skipped[0]
+    path.write_bytes(b"garbage garbage garbage")
+    assert checkpoints.load_resumable(project, needs)[0] == BEST
+    which, record, skipped = checkpoints.load_resumable(project, needs + ("optimizer",))   # best lacks a key
+    assert which is None and record is None and "best.pt lacks optimizer" in skipped[1]
+
+
+def test_a_checkpoint_of_another_format_is_not_skipped_silently(project):
+    path = checkpoints.save(project, LAST, _record(3), Sidecar(trained_steps=3))
+    torch.save({"format": checkpoints.FORMAT + 1, "model": {}, "step": 3}, path)
+    with pytest.raises(CheckpointError, match=f"format {checkpoints.FORMAT + 1}"):
+        checkpoints.load_resumable(project, ("model",))
+
+
+def test_a_bad_checkpoint_name_is_bad_input():
+    from trainer_core.base.errors import UsageError
+    with pytest.raises(UsageError) as caught:
+        checkpoints.parse_name("nope")
+    assert caught.value.exit_code == 2 and isinstance(caught.value, CheckpointError)
+
+
+def test_temps_of_interrupted_saves_are_removed(project):
+    checkpoints.save(project, LAST, _record(1), Sidecar(trained_steps=1))
+    history = project.checkpoints_dir / "history"
+    history.mkdir()
+    stale = [project.checkpoints_dir / ".best.pt.ab12cd.tmp", project.checkpoints_dir / ".last.json.x1.tmp",
+             history / ".step40.pt.zz.tmp"]
+    for tmp in stale:
+        tmp.write_bytes(b"x" * 10)
+    assert sorted(checkpoints.remove_temps(project)) == sorted(stale)
+    assert not any(tmp.exists() for tmp in stale) and checkpoints.exists(project, LAST)

@@ -113,9 +113,10 @@ def test_app_py_refuses_to_expose_itself_without_a_login(tmp_path):
         assert r.returncode == 2 and "--auth" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-def test_app_py_demo_serves_the_gui_and_the_run_outlives_it(tmp_path):
+def test_app_py_demo_serves_the_gui_and_the_run_outlives_it(tmp_path, isolated_env, request):
     """`python app.py --demo`: the GUI comes up on loopback with the demo running; closing the
-    GUI does not stop the run, which finishes every stage on its own."""
+    GUI does not stop the run, which finishes every stage on its own. The demo lands in the
+    projects root (not the current folder) and the whole run asks the Hub nothing."""
     import json
     import socket
     import subprocess
@@ -124,11 +125,15 @@ def test_app_py_demo_serves_the_gui_and_the_run_outlives_it(tmp_path):
     import urllib.request
 
     from conftest import REPO, cli
+    from hub_server import LocalHub
+    hub = LocalHub({}).start()                      # every request the demo makes would land here
+    request.addfinalizer(hub.stop)
+    env = hub.client_env(tmp_path / "hf-home")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     gui = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--demo", "--no-browser", "--port", str(port)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=env)
     try:
         seen = []
         for line in gui.stdout:                  # the launch line comes once the server listens
@@ -138,7 +143,7 @@ def test_app_py_demo_serves_the_gui_and_the_run_outlives_it(tmp_path):
         assert any("demo: " in line for line in seen), "".join(seen)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as r:
             assert r.status == 200 and "gradio" in r.read().decode("utf-8", "replace").lower()
-        root = tmp_path / "gguf-trainer-demo" / "t5_adapter"
+        root = isolated_env / "gguf-trainer" / "projects" / "demo" / "t5_adapter"
         running = json.loads(cli("status", "--project", str(root), "--json").stdout)
         assert running["status"] == "running", running      # the GUI goes while the run is under way
     finally:
@@ -152,6 +157,8 @@ def test_app_py_demo_serves_the_gui_and_the_run_outlives_it(tmp_path):
         time.sleep(1)
     assert report["status"] == "done", report
     assert all(stage["done"] for stage in report["stages"])
+    assert not (tmp_path / "gguf-trainer-demo").exists()         # nothing lands in the current folder
+    assert hub.requests == []
 
 
 def test_start_steps_sets_then_launches(text_project, run_cli):

@@ -11,11 +11,12 @@
                         [--device D] [--timeout S] [--detach]
     gguf-trainer reset  --project DIR state|train|shards|corpus|output
     gguf-trainer packs
-    gguf-trainer demo   [--project DIR] [--pack ID]   # a project on tiny offline models
+    gguf-trainer demo   [--project DIR] [--pack ID]   # a project on tiny offline models (default DIR:
+                                                      # ~/gguf-trainer/projects/demo/<pack folder>)
     gguf-trainer inspect FILE.gguf [--json]
     gguf-trainer infer  --adapter A.gguf (--hidden FILE | --student S.gguf --tokenizer DIR --pack ID
                         --prompt TEXT) [--t5-ids FILE] [--vis FILE] [--out OUT] [--compare REF] [--json]
-    gguf-trainer [serve] [--auto-resume]          # the GUI (arrives in a later version)
+    gguf-trainer [serve] [--auto-resume [--no-gui]]   # the GUI; --no-gui: only relaunch an interrupted run
 
 Errors are one sentence on stderr; exit codes: 0 ok, 1 failed, 2 bad input (unknown
 project, pack, setting or value), 3 the project is already running.
@@ -23,6 +24,7 @@ project, pack, setting or value), 3 the project is already running.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 from typing import Any, Callable
@@ -33,20 +35,35 @@ from trainer_core.cli_tools import cmd_download, cmd_infer, cmd_inspect, cmd_sna
 from trainer_core.contract import checkpoints
 from trainer_core.packs import DEMO_PACKS, PACKS
 from trainer_core.pipeline import check_only, run_pipeline
-from trainer_core.project import Project, last_project
+from trainer_core.project import Project, default_projects_root, last_project
+from trainer_core import resets
 from trainer_core.runner import request_stop, kill_pipeline, runtime_status, start_pipeline
+from trainer_core.stages import STAGE_NAMES
 from trainer_core.status import status_report
 
-__all__ = ["main", "build_parser", "parse_args", "run_command", "auto_resume", "DEFAULT_PORT"]
+__all__ = ["main", "build_parser", "parse_args", "run_command", "auto_resume", "DEFAULT_PORT", "DEMO_FOLDER"]
 
 DEFAULT_PORT = 8655          # the GUI's, on 127.0.0.1
+DEMO_FOLDER = "demo"         # the demo projects' folder in the projects root (the CLI's and the GUI's)
 
 SUBCOMMANDS = ("serve", "download", "new", "run", "start", "stop", "kill", "status", "set", "packs", "inspect", "infer",
                "demo", "snapshot", "reset")
+PROJECT_HELP = "the project folder (made by `new` or `demo`)"
+TOP_EPILOG = """\
+Without a command, gguf-trainer opens the GUI (`serve`):
+  gguf-trainer --auto-resume            the GUI, after relaunching the last project's
+                                        interrupted run (a crash or a reboot)
+  gguf-trainer --auto-resume --no-gui   only the relaunch, no GUI (for a boot script)
+`gguf-trainer COMMAND --help` describes each command."""
+
+
+def _project(p: argparse.ArgumentParser, help: str = PROJECT_HELP) -> None:
+    p.add_argument("--project", required=True, metavar="DIR", help=help)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gguf-trainer", description="Train pig_clip adapters for ggk.")
+    parser = argparse.ArgumentParser(prog="gguf-trainer", description="Train pig_clip adapters for ggk.",
+                                     epilog=TOP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gguf-trainer {__version__}")
     sub = parser.add_subparsers(dest="command")
 
@@ -71,32 +88,33 @@ def build_parser() -> argparse.ArgumentParser:
                        help="another folder the GUI may read and write (repeatable)")
 
     new = sub.add_parser("new", help="create a project")
-    new.add_argument("--project", required=True, metavar="DIR")
+    _project(new, "the folder to create (it must not be a project yet)")
     new.add_argument("--pack", required=True, metavar="ID", help="one of: " + ", ".join(PACKS))
     new.add_argument("--name", help="adapter name (default: pig_<folder name>)")
 
     for name, help in (("run", "run the pipeline in the foreground"), ("start", "launch the pipeline detached")):
         p = sub.add_parser(name, help=help)
-        p.add_argument("--project", required=True, metavar="DIR")
-        p.add_argument("--only", nargs="+", metavar="STAGE", help="run only these stages")
+        _project(p)
+        p.add_argument("--only", nargs="+", metavar="STAGE",
+                       help="run only these stages; the stages, in order: " + ", ".join(STAGE_NAMES))
         p.add_argument("--force", action="store_true", help="re-run export and eval even when current")
         p.add_argument("--steps", help="set train.steps first (12000, 12k, 1.5k, ...)")
         p.add_argument("--gpus", type=int, metavar="N",
                        help="set precompute.gpus first: precompute over N processes, one per GPU")
 
     stop = sub.add_parser("stop", help="ask the run to save and exit")
-    stop.add_argument("--project", required=True, metavar="DIR")
+    _project(stop)
     stop.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (0: do not wait)")
 
     kill = sub.add_parser("kill", help="kill the run at once, without saving")
-    kill.add_argument("--project", required=True, metavar="DIR")
+    _project(kill)
 
     status = sub.add_parser("status", help="show the run and its stages")
-    status.add_argument("--project", required=True, metavar="DIR")
+    _project(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
     set_ = sub.add_parser("set", help="change settings (also while running)")
-    set_.add_argument("--project", required=True, metavar="DIR")
+    _project(set_)
     set_.add_argument("--steps", help="the planned step count (12000, 12k, 40k, ...)")
     set_.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
                       help="any setting, e.g. train.lr=1e-4 or corpus.extra_files=a.txt,b.jsonl")
@@ -104,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("packs", help="list the trainer packs")
 
     snap = sub.add_parser("snapshot", help="export a step-tagged GGUF now (also while training runs)")
-    snap.add_argument("--project", required=True, metavar="DIR")
+    _project(snap)
     snap.add_argument("--checkpoint", default="last", help="last (default), best or step<N> (a kept step)")
     snap.add_argument("--eval", action="store_true", help="also evaluate the GGUF on the val shards")
     snap.add_argument("--no-fresh", action="store_true", help="take the checkpoint on disk; do not ask the trainer")
@@ -113,16 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("--detach", action="store_true", help="run as a detached job (.snapshot.status)")
 
     dl = sub.add_parser("download", help="find or fetch the project's missing materials (foreground)")
-    dl.add_argument("--project", required=True, metavar="DIR")
+    _project(dl)
     dl.add_argument("--id", nargs="+", metavar="ID", help="only these materials (default: every wanted one)")
     dl.add_argument("--required-only", action="store_true", help="skip optional materials")
 
-    rst = sub.add_parser("reset", help="delete a stage's results and everything after them")
-    rst.add_argument("--project", required=True, metavar="DIR")
-    rst.add_argument("what", choices=("state", "train", "shards", "corpus", "output"))
+    rst = sub.add_parser("reset", help="delete a stage's results and everything after them",
+                         description=resets.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _project(rst)
+    rst.add_argument("what", choices=resets.RESETS, help="what to delete (each target is described above)")
 
     demo = sub.add_parser("demo", help="create a project on tiny offline models (try the whole pipeline now)")
-    demo.add_argument("--project", metavar="DIR", help="default: ./gguf-trainer-demo/<pack folder>")
+    demo.add_argument("--project", metavar="DIR",
+                      help=f"default: {default_projects_root() / DEMO_FOLDER}/<pack folder>")
     demo.add_argument("--pack", default=DEMO_PACKS[0], metavar="ID",
                       help=f"{DEMO_PACKS[0]} (default), " + ", ".join(DEMO_PACKS[1:]))
 
@@ -148,21 +168,43 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; no subcommand (or only options) means `serve`, the GUI."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
+    if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:   # serve takes no positional
+        close = difflib.get_close_matches(argv[0], SUBCOMMANDS, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else "the commands are " + ", ".join(SUBCOMMANDS) + "."
+        print(f"gguf-trainer: '{argv[0]}' is not a command; {hint}", file=sys.stderr)
+        raise SystemExit(2)
+    if not argv or argv[0] not in (*SUBCOMMANDS, "-h", "--help", "--version"):
         argv = ["serve", *argv]
     return build_parser().parse_args(argv)
 
 
 def run_command(args: argparse.Namespace, command: Callable[[argparse.Namespace], int] | None = None) -> int:
     """Run a parsed command (or `command` on it): a TrainerError is one sentence on stderr and its
-    exit code, Ctrl-C exits 130."""
+    exit code, Ctrl-C exits 130, a reader that closed stdout early (`status | head -1`) ends it quietly
+    with 141 (128 + SIGPIPE, as a shell reports a pipe writer it cut off)."""
     try:
-        return (command or COMMANDS[args.command])(args)
+        code = (command or COMMANDS[args.command])(args)
+        sys.stdout.flush()              # a closed pipe surfaces here, not in the interpreter's exit
+        return code
     except TrainerError as e:
         print(str(e), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the flush at exit does not print a second BrokenPipeError."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,13 +229,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def auto_resume() -> int | None:
-    """Relaunch the last project if its run was interrupted (a crash or a reboot)."""
+    """Relaunch the last project if its run was interrupted (a crash or a reboot); otherwise say
+    why there is nothing to resume."""
     path = last_project()
     if path is None:
+        print("nothing to resume: no project has been opened or run yet")
         return None
     try:
         project = Project.open(path)
-        if not project.settings.auto_resume or runtime_status(project)["status"] != "interrupted":
+        status = runtime_status(project)["status"]
+        if not project.settings.auto_resume or status != "interrupted":
+            why = (f"auto_resume is off for {project.root}" if not project.settings.auto_resume else
+                   f"the last project, {project.root}, is {status}, not interrupted")
+            print(f"nothing to resume: {why}")
             return None
         pid = start_pipeline(project)
     except TrainerError as e:
@@ -369,7 +417,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from trainer_core.demo.build import build_demo
     from trainer_core.packs import get_pack
-    root = Path(args.project) if args.project else Path("gguf-trainer-demo") / get_pack(args.pack).default_folder
+    # under the projects root, not the current folder (a clone, say): the GUI's demo goes there too
+    default = default_projects_root() / DEMO_FOLDER / get_pack(args.pack).default_folder
+    root = Path(args.project) if args.project else default
     project = build_demo(root, args.pack)
     print(f"demo project ready: {project.root}\n"
           f"run it:  gguf-trainer run --project {project.root}")

@@ -7,17 +7,20 @@ import json
 import sys
 from typing import Any
 
-from trainer_core.base.errors import TrainerError
+from trainer_core.base.errors import TrainerError, UsageError
 from trainer_core.project import Project
 
 __all__ = ["cmd_download", "cmd_snapshot", "cmd_inspect", "cmd_infer"]
 
 
 def cmd_download(args: argparse.Namespace) -> int:
-    """Link copies found on disk, then download what is still missing, in the foreground."""
-    from trainer_core.materials import (DownloadError, adopt_existing, download, list_files, material_lock,
-                                        material_status, token_for, wanted)
+    """Link copies found on disk, then download what is still missing, in the foreground (refused,
+    before any Hub request, for the offline demo)."""
+    from trainer_core.materials import (DEMO_OFFLINE, DownloadError, adopt_existing, download, is_demo, list_files,
+                                        material_lock, material_status, token_for, wanted)
     project = Project.open(args.project)
+    if is_demo(project):
+        raise UsageError(DEMO_OFFLINE)
     for material_id, path in adopt_existing(project):
         print(f"{material_id}: found and linked {path}")
     project = Project.open(args.project)

@@ -19,6 +19,9 @@ status and log are `materials/.downloads/<id>.pid|.status|.log`), holding
 `materials/.downloads/<id>.lock` for its whole life: a second job for the same material finds the
 lock held and exits at once, so two requests never make two downloads. Whether a download runs is
 decided by that lock, and a job that died is not a failure: its partial files are resumed.
+
+A demo project (`materials/.demo.json`, by demo/build.py) never reaches the Hub: its tiny local models
+are `ready` where they lie, one it runs without (a mocked teacher) `not needed`; no discovery, no download.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from trainer_core.base.atomic import atomic_write_json
 from trainer_core.base.errors import TrainerError, UsageError
 from trainer_core.base.events import Report, Reporter
 from trainer_core.base.locks import FileLock
@@ -45,12 +49,14 @@ if TYPE_CHECKING:
 
 __all__ = ["HubFile", "MaterialStatus", "list_files", "material_status", "all_statuses", "discover", "adopt_existing",
            "download", "start_job", "job_running", "job_files", "run_job", "material_lock", "wanted", "DownloadError",
-           "MATERIALS_ENV", "PARTIAL_DIR"]
+           "MATERIALS_ENV", "PARTIAL_DIR", "DEMO_MARKER", "DEMO_OFFLINE", "mark_demo", "is_demo"]
 
 MATERIALS_ENV = "GGUF_TRAINER_MATERIALS"
 STALL_ENV = "GGUF_TRAINER_STALL_S"
 PARTIAL_DIR = ".partial"
 CHUNK = 1 << 20
+DEMO_MARKER = ".demo.json"         # in materials/ (a dot-file: never taken for a material's file)
+DEMO_OFFLINE = "This is the offline demo: it runs on the tiny local models it was built with; nothing is downloaded."
 
 
 class DownloadError(TrainerError):
@@ -71,7 +77,7 @@ class MaterialStatus:
     title: str
     kind: str
     required: bool
-    status: str                  # ready | partial | downloading | missing
+    status: str                  # ready | partial | downloading | missing | not needed (a demo runs without it)
     path: str | None
     bytes_done: int = 0
     bytes_total: int | None = None
@@ -115,6 +121,14 @@ def list_files(material: "Material", token: str | None = None, timeout: float = 
 
 
 # ------------------------------------------------------------ status
+
+def mark_demo(project: Project, pack_id: str) -> None:
+    atomic_write_json(project.materials_dir / DEMO_MARKER, {"demo": True, "pack": pack_id})
+
+
+def is_demo(project: Project) -> bool:
+    return (project.materials_dir / DEMO_MARKER).is_file()
+
 
 def downloads_dir(project: Project) -> Path:
     return project.materials_dir / ".downloads"
@@ -178,6 +192,11 @@ def material_status(project: Project, material: "Material", listing: list[HubFil
     job = read_status(job_files(project, material.id), liveness=False)
     if job.get("status") == "failed":
         st.error = str(job.get("error", "")).splitlines()[0] if job.get("error") else "failed"
+    if is_demo(project):
+        files = ({where.name: where.stat().st_size} if where is not None and where.is_file() else
+                 _local_files(where, material.patterns) if where is not None and material.kind == "hf_snapshot" else {})
+        st.status, st.bytes_done, st.files_done = "ready" if files else "not needed", sum(files.values()), len(files)
+        return st
     if material.kind == "local_file":
         if where is not None and where.is_file():
             st.status, st.bytes_done, st.bytes_total, st.files_done, st.files_total = "ready", where.stat().st_size, \
@@ -217,7 +236,7 @@ def all_statuses(project: Project, online: bool = True) -> list[MaterialStatus]:
     """Every material's status; online lists each snapshot on the Hub (falls back to the disk
     when the Hub cannot be reached)."""
     out = []
-    token = token_for(project)
+    token, online = token_for(project), online and not is_demo(project)
     for m in project.pack.project_materials(project):
         listing = None
         if online and m.kind == "hf_snapshot":
@@ -247,7 +266,7 @@ def _candidate_roots(project: Project) -> list[Path]:
             key = r.resolve()
         except OSError:
             continue
-        if key not in seen and key.is_dir():
+        if key not in seen and key.is_dir() and not (key / DEMO_MARKER).exists():   # a demo's are not real
             seen.add(key)
             unique.append(key)
     return unique
@@ -277,8 +296,11 @@ def discover(project: Project, material: "Material") -> Path | None:
 
 def adopt_existing(project: Project) -> list[tuple[str, Path]]:
     """Link found copies of materials that are not complete at their own path and not being
-    downloaded (a path override in project.json; nothing is copied). Returns what was linked."""
-    linked = []
+    downloaded (a path override in project.json; nothing is copied). Returns what was linked; a
+    demo project links nothing (its materials are its own)."""
+    linked: list[tuple[str, Path]] = []
+    if is_demo(project):
+        return linked
     for m in project.pack.project_materials(project):
         if job_running(project, m.id) or material_status(project, m).status == "ready":
             continue
@@ -360,6 +382,8 @@ def _fetch(material: "Material", f: HubFile, part: Path, token: str | None, stal
 def download(project: Project, material: "Material", say: Callable[[dict[str, Any]], None] = lambda e: None) -> None:
     """Fetch what is missing of an hf_snapshot material into its destination (resuming partial
     files), checking free disk space first."""
+    if is_demo(project):
+        raise UsageError(DEMO_OFFLINE)
     if material.kind != "hf_snapshot":
         raise UsageError(f"{material.title} is a local file: pick it in the GUI or set materials.{material.id}.path.")
     dest = project.pack.resolve_material(project, material.id)
@@ -411,6 +435,8 @@ def download(project: Project, material: "Material", say: Callable[[dict[str, An
 def start_job(project: Project, material_id: str) -> int | None:
     """Launch the detached download job of one material; None when one is already running."""
     material = project.pack.material(material_id)
+    if is_demo(project):
+        raise UsageError(DEMO_OFFLINE)
     if material.kind != "hf_snapshot":
         raise UsageError(f"{material.title} is a local file; it cannot be downloaded.")
     if job_running(project, material_id):

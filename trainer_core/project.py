@@ -18,12 +18,14 @@ from trainer_core.base.atomic import atomic_write_json, read_json
 from trainer_core.base import config
 from trainer_core.base.config import Settings
 from trainer_core.base.errors import ConfigError, NoProjectError, ProjectExistsError
+from trainer_core.base.events import EventWriter, make_event
 from trainer_core.base.locks import FileLock
 from trainer_core.packs import DEFAULT_PACK, PACKS, TrainerPack, get_pack
 
 __all__ = [
     "Project", "user_dir", "default_projects_root", "remember_last_project", "last_project",
-    "new_state", "folder_is_project", "default_settings_dict", "settings_from_dict", "apply_assignments",
+    "new_state", "repair_state", "folder_is_project", "default_settings_dict", "settings_from_dict",
+    "apply_assignments",
 ]
 
 
@@ -76,6 +78,43 @@ def folder_is_project(path: str | os.PathLike) -> bool:
 
 def new_state() -> dict[str, Any]:
     return {"status": "idle", "stage": None, "stages": {}, "error": None, "pid": None}
+
+
+# the type each known key of state.json must have (None allowed); other keys are kept as they are
+_TEXT, _NUMBER, _INT = (str,), (int, float), (int,)
+_STATE_KEYS = {"status": _TEXT, "stage": _TEXT, "error": _TEXT, "run": _TEXT, "host": _TEXT, "pid": _INT,
+               "started": _NUMBER, "finished": _NUMBER, "updated": _NUMBER}
+_STAGE_KEYS = {"status": _TEXT, "detail": _TEXT, "error": _TEXT, "unit": _TEXT, "count": _NUMBER, "total": _NUMBER,
+               "step": _NUMBER, "planned_steps": _NUMBER, "val_cos": _NUMBER, "best_val_cos": _NUMBER,
+               "eta_s": _NUMBER, "rate": _NUMBER, "started": _NUMBER, "finished": _NUMBER, "updated": _NUMBER}
+
+
+def _fits(value: Any, types: tuple[type, ...]) -> bool:
+    return value is None or (isinstance(value, types) and not isinstance(value, bool))
+
+
+def repair_state(raw: Any) -> tuple[dict[str, Any], list[str]]:
+    """`raw` (state.json as parsed) as a valid state, and what had to be dropped. A value of the wrong
+    type is dropped, not guessed: which stages are done comes from the files on disk anyway."""
+    if not isinstance(raw, dict):
+        return new_state(), ["it is not a JSON object" + (f" (a {type(raw).__name__})" if raw is not None else "")]
+    state, problems = dict(raw), []
+    for key, types in _STATE_KEYS.items():
+        if not _fits(state.get(key), types):
+            problems.append(f"{key} was {json.dumps(state.pop(key), default=str)[:60]}")
+    stages = state.get("stages", {})
+    if not isinstance(stages, dict):
+        problems.append(f"stages was {json.dumps(stages, default=str)[:60]}")
+        stages = {}
+    state["stages"] = {}
+    for name, entry in stages.items():
+        if not isinstance(entry, dict):
+            problems.append(f"stages.{name} was {json.dumps(entry, default=str)[:60]}")
+            continue
+        bad = [k for k, types in _STAGE_KEYS.items() if not _fits(entry.get(k), types)]
+        problems += [f"stages.{name}.{k} was {json.dumps(entry[k], default=str)[:60]}" for k in bad]
+        state["stages"][name] = {k: v for k, v in entry.items() if k not in bad}
+    return {**new_state(), **state}, problems
 
 
 def _adapter_name(folder: str) -> str:
@@ -176,11 +215,25 @@ class Project:
 
     # ------------------------------------------------------------ state
     def read_state(self) -> dict[str, Any]:
-        state = read_json(self.state_json, None)
-        if not isinstance(state, dict):
+        """state.json, always of the right shape: a damaged file (not JSON, a wrong type anywhere) is
+        rebuilt, written back and reported once, as a warning in events.jsonl."""
+        raw = read_json(self.state_json, None)
+        if raw is None and not self.state_json.is_file():
             return new_state()
-        state.setdefault("stages", {})
+        state, problems = repair_state(raw)
+        if problems:
+            self._rebuilt_state(state, problems)
         return state
+
+    def _rebuilt_state(self, state: dict[str, Any], problems: list[str]) -> None:
+        message = (f"state.json was damaged ({'; '.join(problems[:5])}{'; …' if len(problems) > 5 else ''}); "
+                   f"rebuilt it: which stages are done is read from the files on disk")
+        try:              # a read-only folder: the repaired state is still what the caller gets
+            self.write_state(dict(state))
+            with EventWriter(self.events_jsonl) as events:
+                events.write(make_event("log", {"level": "warning", "message": message}))
+        except OSError:
+            pass
 
     def write_state(self, state: dict[str, Any]) -> None:
         state["updated"] = time.time()

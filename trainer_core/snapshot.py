@@ -120,6 +120,7 @@ def job_status(project: Project) -> dict[str, Any]:
 def start_job(project: Project, checkpoint: str = "last", evaluate: bool = False, fresh: bool = True,
               device: str | None = None, timeout: float = 1800.0) -> int:
     """Launch the snapshot job detached (`.snapshot.status` tells its phase); refused while one runs."""
+    checkpoints.parse_name(checkpoint)        # a bad name is bad input here, not a failed job later
     if job_status(project).get("status") == "running":
         raise AlreadyRunningError("A snapshot export is already running; wait for it to finish.")
     argv = [sys.executable, "-m", "trainer_core.snapshot", "--project", str(project.root),

@@ -8,7 +8,7 @@ from typing import Any
 from trainer_core.base.atomic import read_json
 from trainer_core.base.errors import TrainerError
 from trainer_core.contract import checkpoints
-from trainer_core.contract.shards import shard_files
+from trainer_core.contract.shards import shard_files, shard_intact
 from trainer_core.packs.base import PIG_CLIP_WIDTH
 from trainer_core.materials import all_statuses
 from trainer_core.project import Project
@@ -52,7 +52,7 @@ def shard_disk_estimate(project: Project) -> dict[str, Any]:
     c = project.settings.corpus
     samples = (c.n_image + c.n_two + c.n_text + c.n_val_image + c.n_val_text) if project.pack.corpus_kind == "image" \
         else c.n_train + c.n_val
-    files = shard_files(project, "train") + shard_files(project, "val")
+    files = [f for f in shard_files(project, "train") + shard_files(project, "val") if shard_intact(f)]
     if files:
         from trainer_core.contract.shards import Shard
         done = sum(len(Shard(f)) for f in files)

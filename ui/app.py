@@ -19,7 +19,7 @@ from pathlib import Path
 import gradio as gr
 
 from trainer_core import __version__
-from trainer_core.cli import DEFAULT_PORT
+from trainer_core.cli import DEFAULT_PORT, DEMO_FOLDER
 from trainer_core.project import default_projects_root, user_dir
 from trainer_core.supervisor import Supervisor
 
@@ -53,7 +53,9 @@ class ServeOptions:
 def make_context(projects_root: str | os.PathLike | None = None, demo_root: str | os.PathLike | None = None,
                  allow: list[str] | None = None, tick_s: float = 1.5) -> Ctx:
     projects = Path(projects_root).expanduser() if projects_root else default_projects_root()
-    demo = Path(demo_root).expanduser() if demo_root else Path.cwd() / "gguf-trainer-demo"
+    # the demo goes in the projects root (an allowed root; user_dir() is blocked from serving), never
+    # in the current folder, which may be the clone
+    demo = Path(demo_root).expanduser() if demo_root else projects / DEMO_FOLDER
     roots: list[str | os.PathLike] = [projects, demo]
     if os.environ.get(MATERIALS_ENV):
         roots.append(os.environ[MATERIALS_ENV])

@@ -3,7 +3,8 @@
 Buttons obey the rules of the materials issue: a material's Download is disabled while its
 files are present or a download of it runs; Download missing is disabled while nothing is
 missing or any download runs. The server side enforces the same (one job per material, by a
-lock), so a second click can never start a second download."""
+lock), so a second click can never start a second download. A demo project's materials are all
+`ready` or `not needed` (materials.py), so neither button is ever enabled for it."""
 from __future__ import annotations
 
 from typing import Any
@@ -30,7 +31,8 @@ def rows(statuses: list[MaterialStatus]) -> list[list[str]]:
                 progress += f" · {s.files_done}/{s.files_total} files"
         else:
             progress = fmt_size(s.bytes_done) if s.bytes_done else ""
-        note = f"download failed: {s.error}" if s.error and s.status != "ready" else ("linked" if s.linked else "")
+        note = (f"download failed: {s.error}" if s.error and s.status not in ("ready", "not needed") else
+                "the demo runs without it" if s.status == "not needed" else "linked" if s.linked else "")
         out.append([s.title, "required" if s.required else "optional", s.status, progress, s.path or "–", note])
     return out
 
@@ -41,8 +43,9 @@ def table_updates(project: Project, statuses: list[MaterialStatus], selected: st
     choices = [(s.title, s.id) for s in statuses if s.kind == "hf_snapshot"]
     selected = selected if selected in by_id else (choices[0][1] if choices else None)
     pick = by_id.get(selected) if selected else None
-    one_ok = bool(pick and pick.kind == "hf_snapshot" and pick.status not in ("ready", "downloading"))
-    one_label = {"partial": "Continue download", "downloading": "Downloading…", "ready": "Downloaded ✓"}.get(
+    one_ok = bool(pick and pick.kind == "hf_snapshot" and pick.status not in ("ready", "downloading", "not needed"))
+    one_label = {"partial": "Continue download", "downloading": "Downloading…", "ready": "Downloaded ✓",
+                 "not needed": "Not needed"}.get(
         pick.status if pick else "", "Download")
     running = [s for s in statuses if s.status == "downloading"]
     missing = [s for s in statuses if s.kind == "hf_snapshot" and s.status in ("missing", "partial")
@@ -53,7 +56,7 @@ def table_updates(project: Project, statuses: list[MaterialStatus], selected: st
         all_label, all_ok = f"Download missing ({len(missing)})", True
     else:
         all_label, all_ok = "All downloadable materials present", False
-    local_missing = [s.title for s in statuses if s.kind == "local_file" and s.status != "ready"]
+    local_missing = [s.title for s in statuses if s.kind == "local_file" and s.status not in ("ready", "not needed")]
     summary = []
     if running:
         summary.append("downloading: " + ", ".join(s.title for s in running) +

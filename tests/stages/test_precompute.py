@@ -76,7 +76,7 @@ def test_shard_content_is_the_contract(demo):
     torch.testing.assert_close(shard["stat_s"], t64.sum(0))
     torch.testing.assert_close(shard["stat_s2"], (t64 * t64).sum(0))
     assert shard["stat_n"].tolist() == [t64.shape[0]]
-    assert shard.meta["contract"] == "t5xxl_pixart/1" and shard.meta["mock_teacher"] is False
+    assert shard.meta["contract"] == f"t5xxl_pixart/1 {TOKENIZATION}" and shard.meta["mock_teacher"] is False
     assert (shard.meta["in_dim"], shard.meta["out_dim"]) == (64, teacher.out_dim)
     assert (demo.shards_dir("val") / "CONTRACT").read_text() == f"t5xxl_pixart/1 {TOKENIZATION}\n"
     progress = report.of_type("progress")
@@ -185,7 +185,7 @@ def test_a_changed_contract_discards_shards_and_archives_checkpoints(demo):
     report = ListReport()
     assert precompute.run(demo, report, split="val") == "done"
     logs = " | ".join(e["message"] for e in report.of_type("log"))
-    assert 'val shards discarded: 1 were written under "t5xxl_pixart/0", this run needs "t5xxl_pixart/1"' in logs
+    assert f'val shards discarded: 1 were written under "t5xxl_pixart/0", this run needs "t5xxl_pixart/1 {TOKENIZATION}"' in logs
     (archived,) = demo.root.glob("checkpoints.stale-*")
     assert (archived / "last.pt").read_bytes() == b"weights trained on the old shards"
     assert not demo.checkpoints_dir.exists() and stage_done(demo, "precompute_val")
@@ -202,7 +202,7 @@ def test_switching_to_the_mock_teacher_is_a_contract_change(demo, monkeypatch):
     assert any("MOCK teacher" in e["message"] for e in report.of_type("log"))
     (path,) = shard_files(demo, "val")
     shard = Shard(path)
-    assert shard.meta["mock_teacher"] is True and shard.meta["contract"] == "t5xxl_pixart/1 mock-teacher"
+    assert shard.meta["mock_teacher"] is True and shard.meta["contract"] == f"t5xxl_pixart/1 {TOKENIZATION} mock-teacher"
     assert path.read_bytes() != real[path.name]
     monkeypatch.delenv("GGUF_TRAINER_MOCK_TEACHER")
     assert not stage_done(Project.open(demo.root), "precompute_val")   # mocked shards never pass for real ones
@@ -277,7 +277,7 @@ def test_llada_precompute_on_the_mock_teacher(demo_template, tmp_path):
     assert precompute.run(project, ListReport(), split="val") == "done"
     (path,) = shard_files(project, "val")
     shard = Shard(path)
-    assert shard.meta["mock_teacher"] is True and shard.meta["contract"] == "llada_image/2 mock-teacher"
+    assert shard.meta["mock_teacher"] is True and shard.meta["contract"] == f"llada_image/2 {TOKENIZATION} mock-teacher"
     assert shard["t_pack"].shape == (10 * NUM_QUERIES, OUT_DIM) and shard["t_len"].tolist() == [NUM_QUERIES] * 10
     teacher_lens = [len(project.pack.format_prompt(p)) // 4 + 1 for p in shard.prompts]   # the mock's lengths
     assert teacher_lens == sorted(teacher_lens)                  # the shard keeps the teacher batching order

@@ -256,3 +256,42 @@ def test_a_compiled_step_that_fails_falls_back_to_eager_with_a_warning(demo, ref
                         "(train.compile off)"]
     assert "torch.compile" in report.of_type("log")[0]["message"]             # the first line says it was on
     assert_same_checkpoint(demo, reference)
+
+
+# ---------------------------------------------------------------- damaged checkpoints, stale temps (issue 18)
+
+def test_a_truncated_last_checkpoint_resumes_from_best_with_a_warning(demo, reference):
+    proc = stage(demo)
+    wait_for(proc, metric_at(30))
+    proc.send_signal(signal.SIGTERM)
+    finish(proc, 4)
+    best_step = json.loads((demo.checkpoints_dir / "best.json").read_text())["step"]
+    last = demo.checkpoints_dir / "last.pt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 3])
+    report = ListReport()
+    assert train.run(Project.open(demo.root), report) == "done"
+    warnings = [e["message"] for e in report.of_type("log") if e.get("level") == "warning"]
+    assert len(warnings) == 1 and "skipped a damaged checkpoint" in warnings[0] and "last.pt" in warnings[0]
+    assert any(f"resumed from best.pt at step {best_step}" in e["message"] for e in report.of_type("log"))
+    assert_same_checkpoint(demo, reference)                      # the steps from best on, to the bit
+    assert series_steps(demo) == list(range(10, STEPS + 1, 10))
+
+
+def test_no_readable_checkpoint_starts_over_and_stale_temps_are_removed(demo, reference):
+    ck = demo.checkpoints_dir
+    (ck / "history").mkdir(parents=True)
+    (ck / "last.pt").write_bytes(b"not a checkpoint at all")
+    (ck / "best.pt").write_bytes(b"\x00" * 64)
+    stale = [ck / ".best.pt.k2j4.tmp", ck / ".last.pt.9x8y.tmp", ck / "history" / ".step40.pt.aaaa.tmp"]
+    for tmp in stale:
+        tmp.write_bytes(b"\x00" * 1000)
+    (ck / "metrics.jsonl").write_text(json.dumps({"step": 500, "loss": 1.0}) + "\n")
+    report = ListReport()
+    assert train.run(Project.open(demo.root), report) == "done"
+    warnings = [e["message"] for e in report.of_type("log") if e.get("level") == "warning"]
+    assert [("last.pt" in w, "best.pt" in w) for w in warnings[:2]] == [(True, False), (False, True)]
+    assert warnings[2:] == ["no readable checkpoint is left; training starts over from step 0"]
+    assert not any(tmp.exists() for tmp in stale)
+    assert any("removed 3 temp file(s)" in e["message"] for e in report.of_type("log"))
+    assert_same_checkpoint(demo, reference)
+    assert series_steps(demo) == list(range(10, STEPS + 1, 10))

@@ -78,11 +78,13 @@ def parse_count(value: Any, minimum: int = 1) -> int:
     return int(number)
 
 
-def _count(minimum: int = 1, multiple_of: int = 1) -> Callable[[Any], int]:
+def _count(minimum: int = 1, multiple_of: int = 1, maximum: int | None = None) -> Callable[[Any], int]:
     def parse(value: Any) -> int:
         n = parse_count(value, minimum)
         if n % multiple_of:
             raise ValueError(f"must be a multiple of {multiple_of}")
+        if maximum is not None and n > maximum:
+            raise ValueError(f"must be at most {maximum:,} ({maximum // 1_000_000}M)")
         return n
     return parse
 
@@ -276,7 +278,7 @@ class TrainSettings:
                             "torch.compile the training step (auto: on CUDA, where it measured +26–42 %)")
     width: int = _setting(1024, _count(64, multiple_of=64), "a multiple of 64 (head_dim is 64)")
     depth: int = _setting(6, _count())
-    steps: int = _setting(20000, _count(), "the planned step count; can change at any time")
+    steps: int = _setting(20000, _count(maximum=10_000_000), "the planned step count, at most 10M; can change any time")
     batch_size: int = _setting(32, _count())
     lr: float = _setting(2e-4, _number(0.0, low_open=True))
     warmup: int = _setting(1000, _count(0))

@@ -8,12 +8,14 @@ shows it in its error banner.
     │   ├── NoProjectError       the folder is not a project
     │   ├── ProjectExistsError   `new` on a folder that already is a project
     │   ├── UnknownPackError     no pack with that id
-    │   └── ModelFileError       a GGUF / model / dump file we cannot use as it is
+    │   ├── ModelFileError       a GGUF / model / dump file we cannot use as it is
+    │   └── CheckpointNameError  a checkpoint name that is none of last, best, step<N>
+    │                            (contract/checkpoints.py; also a CheckpointError)
     ├── AlreadyRunningError      the project's run lock is held; exit code 3
     ├── CorpusError              a prompt file that cannot be read or is too small
     ├── StageNotAvailableError   a stage this version does not implement yet
     ├── CheckpointError          a checkpoint that is missing, damaged or of another format
-    │                            (contract/checkpoints.py)
+    │   └── DamagedCheckpointError  one that cannot be read (contract/checkpoints.py)
     ├── RopeError                a teacher's rotary tables stay broken after the repair
     │                            (packs/rope_guard.py; also a RuntimeError)
     └── DownloadError            a material download the Hub refused, that failed its check

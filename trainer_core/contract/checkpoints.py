@@ -11,6 +11,10 @@ A checkpoint is named by the user's words: `last`, `best` or `step<N>`. Every `.
 step the weights are at (`step` in the file), `planned_steps` the count in force when it was
 saved. Sidecars of earlier versions wrote `steps` for the planned count; `Sidecar.from_dict`
 still reads them.
+
+A `.pt` is read back before it replaces the previous one (`save`), so a write that went wrong
+never costs the checkpoint before it; a file damaged later is skipped on resume
+(`load_resumable`: last, else best) with a sentence saying so.
 """
 from __future__ import annotations
 
@@ -20,15 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer_core.base.atomic import atomic_path, atomic_write_json, read_json
-from trainer_core.base.errors import TrainerError
+from trainer_core.base.errors import TrainerError, UsageError
 
 if TYPE_CHECKING:
     from trainer_core.project import Project
 
 __all__ = [
-    "FORMAT", "LAST", "BEST", "Sidecar", "CheckpointError", "weights_path", "exists", "mtime", "read_sidecar",
-    "save", "load", "save_kept_step", "kept_steps", "prune_kept_steps", "delete_kept_step", "series_path",
-    "archive", "parse_name",
+    "FORMAT", "LAST", "BEST", "Sidecar", "CheckpointError", "DamagedCheckpointError", "CheckpointNameError",
+    "weights_path", "exists", "mtime", "read_sidecar", "save", "load", "load_resumable", "save_kept_step",
+    "kept_steps", "prune_kept_steps", "delete_kept_step", "series_path", "archive", "parse_name", "remove_temps",
 ]
 
 FORMAT = 1                 # of the .pt files; bump when their content changes meaning
@@ -38,6 +42,14 @@ _HISTORY = "history"
 
 class CheckpointError(TrainerError):
     """A checkpoint that is missing, damaged, or of another format."""
+
+
+class DamagedCheckpointError(CheckpointError):
+    """A checkpoint file that cannot be read, or is not a gguf-trainer checkpoint."""
+
+
+class CheckpointNameError(CheckpointError, UsageError):
+    """A checkpoint name that is none of last, best, step<N>: bad input (exit code 2)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +86,7 @@ def parse_name(which: str) -> str:
     """`last`, `best` or `step<N>`; anything else is a clear error."""
     if which in (LAST, BEST) or (which.startswith("step") and which[4:].isdigit()):
         return which
-    raise CheckpointError(f'"{which}" is not a checkpoint; use last, best or step<N> (a kept step).')
+    raise CheckpointNameError(f'"{which}" is not a checkpoint; use last, best or step<N> (a kept step).')
 
 
 def weights_path(project: "Project", which: str) -> Path:
@@ -101,13 +113,32 @@ def read_sidecar(project: "Project", which: str) -> Sidecar | None:
 
 
 def save(project: "Project", which: str, record: dict[str, Any], sidecar: Sidecar) -> Path:
-    """Write `record` (with FORMAT) as the checkpoint's `.pt`, then its sidecar; both atomic."""
+    """Write `record` (with FORMAT) as the checkpoint's `.pt`, then its sidecar; both atomic. The new
+    file is read back (memory-mapped: its structure, not every byte) before it replaces the old one."""
     import torch
     path = weights_path(project, which)
     with atomic_path(path) as tmp:
         torch.save({"format": FORMAT, **record}, tmp)
+        try:
+            back = _read_back(tmp)
+        except Exception as e:
+            raise DamagedCheckpointError(f"{path.name} was written but does not read back ({type(e).__name__}: "
+                                         f"{_first_line(e)}); the previous {path.name} is kept.") from None
+        if not isinstance(back, dict) or "model" not in back:
+            raise DamagedCheckpointError(f"{path.name} was written but reads back wrong; the previous "
+                                         f"{path.name} is kept.")
+        del back
     atomic_write_json(path.with_suffix(".json"), sidecar.to_dict())
     return path
+
+
+def _read_back(path: Path) -> Any:
+    """The file as torch reads it: memory-mapped (its structure, not every byte), else in full."""
+    import torch
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except Exception:  # noqa: BLE001 — a file system without mmap; a damaged file fails again below
+        return torch.load(path, map_location="cpu", weights_only=False)
 
 
 def load(project_or_path: "Project | Path", which: str = BEST, map_location: Any = "cpu") -> dict[str, Any]:
@@ -119,10 +150,10 @@ def load(project_or_path: "Project | Path", which: str = BEST, map_location: Any
     except FileNotFoundError:
         raise CheckpointError(f"{path} does not exist: the train stage has not saved it yet.") from None
     except Exception as e:
-        raise CheckpointError(f"{path} cannot be read ({type(e).__name__}: {e}); it may be damaged — "
-                              f"train again from the other checkpoint.") from None
+        raise DamagedCheckpointError(f"{path} cannot be read ({type(e).__name__}: {_first_line(e)}); it may be "
+                                     f"damaged — train again from the other checkpoint.") from None
     if not isinstance(record, dict) or "model" not in record:
-        raise CheckpointError(f"{path} is not a gguf-trainer checkpoint; remove it and train again.")
+        raise DamagedCheckpointError(f"{path} is not a gguf-trainer checkpoint; remove it and train again.")
     found = record.get("format", FORMAT)     # kept steps of earlier versions carry no format: they are 1
     if found != FORMAT:
         raise CheckpointError(f"{path} is a checkpoint of format {found}, and this version reads format "
@@ -130,6 +161,32 @@ def load(project_or_path: "Project | Path", which: str = BEST, map_location: Any
     if "steps" in record and "planned_steps" not in record:     # kept steps of earlier versions
         record["planned_steps"] = record.pop("steps")
     return record
+
+
+def load_resumable(project: "Project", needs: tuple[str, ...], map_location: Any = "cpu"
+                   ) -> tuple[str | None, dict[str, Any] | None, list[str]]:
+    """The newest checkpoint a run can resume from: `last`, else `best` (a file that cannot be read,
+    or lacks one of the keys in `needs`, is skipped). Returns (name, record, one sentence per file
+    skipped); (None, None, skipped) when none is left. A checkpoint of another format still raises."""
+    skipped: list[str] = []
+    for which in (LAST, BEST):
+        if not exists(project, which):
+            continue
+        try:
+            record = load(project, which, map_location=map_location)
+        except DamagedCheckpointError as e:
+            skipped.append(str(e))
+            continue
+        missing = [k for k in needs if k not in record]
+        if missing:
+            skipped.append(f"{weights_path(project, which)} lacks {', '.join(missing)}; it may be damaged.")
+            continue
+        return which, record, skipped
+    return None, None, skipped
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:200]
 
 
 # ---------------------------------------------------------------- kept steps
@@ -179,6 +236,16 @@ def delete_kept_step(project: "Project", which: str) -> None:
 def series_path(project: "Project", name: str = "metrics") -> Path:
     """The train stage's metric series: `metrics` (one point per log interval) or `val`."""
     return project.checkpoints_dir / f"{name}.jsonl"
+
+
+def remove_temps(project: "Project") -> list[Path]:
+    """Delete the temp files of checkpoint writes a kill interrupted (`.<name>.*.tmp` in checkpoints/
+    and checkpoints/history/). Only the train stage writes there, and the run lock allows one."""
+    folders = (project.checkpoints_dir, project.checkpoints_dir / _HISTORY)
+    gone = [tmp for folder in folders if folder.is_dir() for tmp in folder.glob(".*.tmp") if tmp.is_file()]
+    for tmp in gone:
+        tmp.unlink(missing_ok=True)
+    return gone
 
 
 def archive(project: "Project") -> Path | None:

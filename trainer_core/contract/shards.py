@@ -2,7 +2,9 @@
 
 One shard is `shards/<split>/<split>-NNNNN.safetensors` (memory-mappable, no pickle), written
 to a temp name, fsynced and renamed: a file under its final name is complete, a shard that
-exists is done. The schema (docs/SHARDS.md):
+exists is done — unless it was damaged since: a shard whose safetensors header does not parse, or
+that is shorter than its header says (`shard_intact`, cheap), is not counted and precompute
+deletes and recomputes it. The schema (docs/SHARDS.md):
 
     tensors   ids      int32 [T]           student token ids of every sample, packed
               len      int32 [S]           student tokens per sample (offsets = cumsum)
@@ -30,6 +32,7 @@ import json
 import math
 import os
 import re
+import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -44,12 +47,14 @@ if TYPE_CHECKING:  # torch stays out of the CLI's and the driver's imports
 
 __all__ = [
     "MOCK_ENV", "mock_enabled", "contract_for", "shard_path", "shard_files", "write_shard", "Shard",
-    "read_contract", "prepare_split", "expected_shards", "valid_shards",
+    "read_contract", "prepare_split", "expected_shards", "valid_shards", "shard_intact",
     "load_stats", "split_lines",
 ]
 
 MOCK_ENV = "GGUF_TRAINER_MOCK_TEACHER"
 _NAME = re.compile(r"^(val|train)-(\d{5})\.safetensors$")
+_MAX_HEADER = 100 << 20            # safetensors' own limit on the header's length
+_intact: dict[tuple[str, int, int], bool] = {}     # (path, size, mtime_ns) → shard_intact's answer
 
 
 def mock_enabled(project: Project) -> bool:
@@ -97,16 +102,47 @@ def expected_shards(project: Project, split: str, lines: int | None = None) -> i
 
 
 def valid_shards(project: Project, split: str) -> list[Path]:
-    """The split's shards, or none when they were written under another contract."""
+    """The split's intact shards, or none when they were written under another contract."""
     if read_contract(project, split) != contract_for(project):
         return []
-    return shard_files(project, split)
+    return [p for p in shard_files(project, split) if shard_intact(p)]
+
+
+def shard_intact(path: Path) -> bool:
+    """Whether the safetensors header parses and the file is as long as the header says (a few KB
+    read, remembered per size and mtime): a truncated or overwritten shard is not."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _intact:
+        if len(_intact) > 50_000:
+            _intact.clear()
+        _intact[key] = _header_fits(path, st.st_size)
+    return _intact[key]
+
+
+def _header_fits(path: Path, size: int) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return False
+            n = struct.unpack("<Q", head)[0]
+            if n > _MAX_HEADER or 8 + n > size:
+                return False
+            header = json.loads(f.read(n))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return False
+    return isinstance(header, dict) and 8 + n + max(ends, default=0) <= size
 
 
 def prepare_split(project: Project, split: str, log: Callable[[str], None], clean_temps: bool = True) -> None:
-    """Discard the split's shards if they were written under another contract, then mark it.
-    `clean_temps` removes every leftover temp file (with several ranks, each removes its own:
-    `remove_temps`)."""
+    """Discard the split's shards if they were written under another contract, and any damaged shard
+    (`shard_intact`), then mark it. `clean_temps` removes every leftover temp file (with several
+    ranks, each removes its own: `remove_temps`)."""
     want = contract_for(project)
     have = read_contract(project, split)
     folder = project.shards_dir(split)
@@ -123,6 +159,13 @@ def prepare_split(project: Project, split: str, log: Callable[[str], None], clea
             log(f"the checkpoints trained on them moved to {archived.name}/; training starts over")
     if clean_temps:
         remove_temps(project, split)
+    # a shard under its final name is whole when written: one that is not was damaged since
+    damaged = [path for path in shard_files(project, split) if not shard_intact(path)]
+    for path in damaged:
+        path.unlink(missing_ok=True)
+    if damaged:
+        log(f"{split} shards {', '.join(p.name for p in damaged)} were damaged (truncated or overwritten): "
+            f"deleted, they are computed again")
     if have != want:
         atomic_write_text(folder / "CONTRACT", want + "\n")
 

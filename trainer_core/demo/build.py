@@ -8,7 +8,9 @@ transformers has it: T5 for PixArt, Qwen3-VL for the image packs) or the pack's 
 standardization and the export fold are exercised); the corpus is a generated prompt file read
 by the real corpus stage. The same command builds byte-identical materials and corpus, and
 `gguf-trainer run` takes the project through the whole pipeline in a couple of minutes on two
-CPU cores. Nothing here reaches the network.
+CPU cores. Nothing here reaches the network, and nothing later does either: the project is marked
+a demo (`materials/.demo.json`, first thing after it is created), so its materials are never
+looked up on the Hub, linked from elsewhere or downloaded (materials.py).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from trainer_core.base.atomic import atomic_write_text
 from trainer_core.base.errors import UsageError
 from trainer_core.demo.fixtures import SEED, demo_prompts
+from trainer_core.materials import mark_demo
 from trainer_core.packs import DEMO_PACKS, get_pack
 from trainer_core.packs.base import DEMO_SETTINGS
 from trainer_core.project import Project
@@ -36,6 +39,7 @@ def build_demo(root: str | Path, pack_id: str = DEMO_PACKS[0]) -> Project:
     if pack.id not in DEMO_PACKS:
         raise UsageError(f"The {pack.id} pack has no demo; use --pack with one of {', '.join(DEMO_PACKS)}.")
     project = Project.create(root, pack.id)
+    mark_demo(project, pack.id)      # before anything else: even a half-built demo stays offline
     materials = project.materials_dir
     prompts = demo_prompts()
     atomic_write_text(materials / "demo_prompts.txt", "".join(p + "\n" for p in prompts))

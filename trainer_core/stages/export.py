@@ -2,11 +2,16 @@
 
     python -m trainer_core.stages.export --project DIR
 
-The pipeline reruns it only when best.pt is newer than the GGUF (or with --force).
+The pipeline reruns it only when best.pt is newer than the GGUF (or with --force). It first removes
+the temp files (`.<name>.*.tmp`, base/atomic.py) of this project's exports that a kill left behind;
+a snapshot job's temps (`<name>-step<N>-f16.gguf`) are the job's and are left alone.
 """
 from __future__ import annotations
 
+import glob
+import os
 import sys
+from pathlib import Path
 from typing import Callable
 
 from trainer_core.base.errors import TrainerError
@@ -16,10 +21,28 @@ from trainer_core.contract.adapter_export import copy_export, export_checkpoint
 from trainer_core.project import Project
 from trainer_core.stages.base import never, stage_main
 
-__all__ = ["run"]
+__all__ = ["run", "remove_temps"]
+
+
+def remove_temps(project: Project) -> list[Path]:
+    """Delete leftover temps of the files this stage writes: the GGUF, its export.copy_to copy and
+    the pack's extra outputs. The run lock means no other export of this project is writing them."""
+    targets = [project.gguf_path(), *project.pack.extra_outputs(project)]
+    if project.settings.export.copy_to:
+        # where copy_export puts it
+        targets.append(Path(os.path.expanduser(project.settings.export.copy_to)) / project.gguf_path().name)
+    gone = [tmp for target in targets if target.parent.is_dir()
+            for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp") if tmp.is_file()]
+    for tmp in gone:
+        tmp.unlink(missing_ok=True)
+    return gone
 
 
 def run(project: Project, report: Report, should_stop: Callable[[], bool] = never) -> str:
+    stale = remove_temps(project)
+    if stale:
+        report("log", level="info", message=f"removed {len(stale)} temp file(s) of an export a kill interrupted: "
+                                            f"{', '.join(str(p) for p in stale)}")
     if not checkpoints.exists(project, checkpoints.BEST):
         raise TrainerError("There is nothing to export: checkpoints/best.pt does not exist yet (train first).")
     ck = checkpoints.load(project, checkpoints.BEST)

@@ -41,6 +41,9 @@ from trainer_core.stages.base import never, stage_main
 
 __all__ = ["run", "Trainer", "metric_series"]
 
+# what a checkpoint needs to resume from; one without them is skipped like a damaged file
+RESUME_KEYS = ("config", "model", "optimizer", "step", "best_val_cos", "stream", "rng", "train_config")
+
 
 class Trainer:
     def __init__(self, project: Project, report: Report):
@@ -94,14 +97,23 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
     def resume(self) -> bool:
-        if not checkpoints.exists(self.project, checkpoints.LAST):
+        """Continue from last.pt, else from best.pt when last.pt is damaged, else from step 0; every
+        file skipped is named in a warning."""
+        which, ck, skipped = checkpoints.load_resumable(self.project, RESUME_KEYS, map_location=self.device)
+        for why in skipped:
+            self.report("log", level="warning", message=f"skipped a damaged checkpoint: {why}")
+        if ck is None:
+            if skipped:
+                self.report("log", level="warning", message="no readable checkpoint is left; training starts "
+                                                            "over from step 0")
+                if self.rank.main:
+                    self._truncate_metrics(0)
             return False
-        ck = checkpoints.load(self.project, checkpoints.LAST, map_location=self.device)
         saved = AdapterConfig.from_dict(ck["config"])
         if saved != self.config:
             diff = ", ".join(f"{k} {getattr(saved, k)} → {getattr(self.config, k)}" for k in saved.to_dict()
                              if getattr(saved, k) != getattr(self.config, k))
-            raise TrainerError(f"checkpoints/last.pt was trained with another adapter ({diff}); reset training "
+            raise TrainerError(f"checkpoints/{which}.pt was trained with another adapter ({diff}); reset training "
                                f"(delete checkpoints/) or restore the settings it was trained with.")
         self.model.load_state_dict(ck["model"])
         self.optimizer.load_state_dict(ck["optimizer"])
@@ -115,7 +127,7 @@ class Trainer:
             self._log(f"planned steps changed since the checkpoint: {ck['train_config']['steps']} -> {self.planned}")
         if self.rank.main:
             self._truncate_metrics(self.step)
-        self._log(f"resumed from last.pt at step {self.step} (best val cos {self.best_val_cos:.4f})")
+        self._log(f"resumed from {which}.pt at step {self.step} (best val cos {self.best_val_cos:.4f})")
         return True
 
     def save(self, name: str) -> None:
@@ -312,6 +324,10 @@ class Trainer:
         self.ckpt.mkdir(parents=True, exist_ok=True)
         if main:
             self.project.snapshot_file.unlink(missing_ok=True)
+            stale = checkpoints.remove_temps(self.project)
+            if stale:
+                self._log(f"removed {len(stale)} temp file(s) of a save a kill interrupted: "
+                          f"{', '.join(p.name for p in stale[:5])}{' …' if len(stale) > 5 else ''}")
         resumed = self.resume()
         if self.step >= self.planned:
             self._log(f"training already complete at step {self.step} (train.steps = {self.planned}); "
