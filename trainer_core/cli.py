@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     set_.add_argument("--steps", help="the planned step count (12000, 12k, 40k, ...)")
     set_.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
                       help="any setting, e.g. train.lr=1e-4 or corpus.extra_files=a.txt,b.jsonl")
+    set_.add_argument("--force", action="store_true",
+                      help="change the pack, the teacher, the student or precompute.mock_teacher although the "
+                           "project has shards or checkpoints (they are moved to shards.stale-* / checkpoints.stale-*)")
 
     sub.add_parser("packs", help="list the trainer packs")
 
@@ -375,6 +378,15 @@ def cmd_set(args: argparse.Namespace) -> int:
     assignments = list(args.assignments)
     if args.steps is not None:
         assignments.append(f"train.steps={args.steps}")
+    stale, work = project.work_at_risk(assignments)
+    if stale and work:
+        if not args.force:
+            raise UsageError(f"Changing {', '.join(stale)} would make this project's work stale ({'; '.join(work)}); "
+                             f"create a new project for it, or repeat with --force to move that work aside.")
+        if runtime_status(project)["status"] == "running":
+            raise UsageError("The pipeline is running; stop it before changing the pack, the teacher or the student.")
+        for moved in project.archive_work():
+            print(f"moved {moved.name.split('.stale-')[0]}/ to {moved}")
     before, after = project.update_settings(assignments)
     b, a = _flatten(before.to_dict()), _flatten(after.to_dict())
     changed = [key for key in a if a[key] != b.get(key)]

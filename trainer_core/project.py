@@ -45,7 +45,22 @@ def apply_assignments(raw: dict, assignments: list[str]) -> tuple[dict, Settings
     """`key=value` assignments over `raw`, validated with the pack's overlay (see config)."""
     return config.apply_assignments(raw, assignments, PACKS, DEFAULT_PACK)
 
+
 PROJECT_FILE = "project.json"
+# settings whose change makes a project's shards stale (the pack, the synthetic targets, the student's and
+# the teacher's files), and with them the checkpoints trained on them
+INVALIDATING = ("pack", "precompute.mock_teacher")
+INVALIDATING_MATERIALS = ("materials.student.", "materials.student_tokenizer.", "materials.teacher.")
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def user_dir() -> Path:
@@ -212,6 +227,34 @@ class Project:
             _, after = apply_assignments(before.to_dict(), assignments)
             self.save_settings(after)
         return before, after
+
+    def work_at_risk(self, assignments: list[str]) -> tuple[list[str], list[str]]:
+        """(the settings among `assignments` whose change makes the shards and the checkpoints trained on
+        them stale, what of that work exists now); either list may be empty. Validates like update_settings."""
+        _, after = apply_assignments(self.settings.to_dict(), assignments)
+        b, a = _flat(self.settings.to_dict()), _flat(after.to_dict())
+        changed = [f"{key} ({b.get(key)} → {a.get(key)})" for key in sorted(set(a) | set(b))
+                   if (key in INVALIDATING or key.startswith(INVALIDATING_MATERIALS)) and a.get(key) != b.get(key)]
+        shards = [p for split in ("train", "val") if self.shards_dir(split).is_dir()
+                  for p in self.shards_dir(split).glob("*.safetensors")]
+        work = ([f"{len(shards)} precomputed shard(s) in {self.root / 'shards'}"] if shards else []) + (
+            [f"the checkpoints in {self.checkpoints_dir}"] if self.checkpoints_dir.is_dir()
+            and any(self.checkpoints_dir.iterdir()) else [])
+        return changed, work
+
+    def archive_work(self) -> list[Path]:
+        """Move shards/ and checkpoints/ aside (`<name>.stale-<time>`); returns where they went."""
+        moved = []
+        for folder in (self.root / "shards", self.checkpoints_dir):
+            if folder.is_dir() and any(folder.iterdir()):
+                target = self.root / f"{folder.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
+                n = 1
+                while target.exists():
+                    n += 1
+                    target = self.root / f"{folder.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+                folder.rename(target)
+                moved.append(target)
+        return moved
 
     # ------------------------------------------------------------ state
     def read_state(self) -> dict[str, Any]:

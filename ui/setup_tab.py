@@ -143,7 +143,12 @@ def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str) -> tuple:
         folder = (name or "").strip() or pack.default_folder
         if os.sep in folder or folder in (".", ".."):
             raise PathRefused(f"The adapter name {folder!r} must be a plain folder name, without slashes.")
-        project = Project.create(root / folder, pack.id, name=(name or "").strip() or None)
+        target = root / folder
+        if target.is_symlink():              # dangling or not: never create through a link
+            raise PathRefused(f"{target} is a link (to {os.readlink(target)}); pick another name, or open the "
+                              f"project where the link points if that folder is allowed.")
+        target = ctx.paths.check(str(target), "project folder")     # the resolved folder must be allowed too
+        project = Project.create(target, pack.id, name=(name or "").strip() or None)
     except (PathRefused, TrainerError) as e:
         return ProjectView.of(ctx, None, str(e), "error")
     remember_last_project(project.root)
@@ -167,6 +172,11 @@ def save_settings(ctx: Ctx, project_path: str | None, token: str, *values: Any) 
     if not assignments:
         return ProjectView.of(ctx, project, "Nothing to save: the settings are unchanged.")
     try:
+        stale, work = project.work_at_risk(assignments)
+        if stale and work:                   # say what would be discarded; never discard it from a form save
+            raise ConfigError([f"Changing {', '.join(stale)} would make this project's work stale "
+                               f"({'; '.join(work)}); create a new project for it, or move that work aside with "
+                               f"`gguf-trainer set --project {project.root} --force --set KEY=VALUE`"])
         project.update_settings(assignments)
     except ConfigError as e:
         return _not_saved(ctx, project, e, values)
@@ -223,8 +233,9 @@ def initial_project(ctx: Ctx) -> tuple:
         return ProjectView.of(ctx, None, "")
     try:
         ctx.paths.check(path, "project folder")
-    except PathRefused:
-        ctx.paths.allow(path)      # the last project the local user opened is theirs to use
+    except PathRefused:             # remembered state never widens the folders the app may use
+        return ProjectView.of(ctx, None, f"The last project, {path}, is outside the folders this app may use; "
+                                         f"start the app with --allow-dir {path.parent} to open it.", "notice")
     return open_project(ctx, str(path))
 
 
