@@ -153,6 +153,8 @@ class Driver:
                 outcome, error = self._run_stage(spec, forced)
                 if outcome != "done":
                     break
+            if outcome == "done" and self.stop_requested():      # a stop that came while the last stage ran
+                outcome = "stopped"
         except Exception as e:  # a bug in the driver itself
             self.log("!!! " + traceback.format_exc().rstrip().replace("\n", "\n!!! "))
             outcome, error = "failed", f"{type(e).__name__}: {e}"
@@ -218,8 +220,11 @@ class Driver:
         self.child = None
         if code == EXIT_DONE:
             outcome, error = "done", None
-        elif code == EXIT_STOPPED or (processes > 1 and self.stop_reason and last_error is None):
-            outcome, error = "stopped", None     # torchrun turns its ranks' "stopped" into a failure code
+        elif code == EXIT_STOPPED or (self.stop_reason and last_error is None
+                                      and (processes > 1 or code in (-signal.SIGTERM, -signal.SIGINT))):
+            # torchrun turns its ranks' "stopped" into a failure code; a stage that took our SIGTERM
+            # before it could install its handler (while importing torch) dies of it: both are a stop
+            outcome, error = "stopped", None
         else:
             outcome = "failed"
             error = last_error or (f"the {spec.name} stage process was killed by signal {-code}"

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -218,3 +219,24 @@ def test_resets_are_refused_while_running(project, run_cli):
     finally:
         job.kill()
         job.wait()
+
+
+def test_a_stop_during_eval_ends_stopped_and_the_next_start_continues(project, run_cli):
+    """Issue 18, item 7: whenever the stop lands in the eval stage — while it imports torch (the
+    SIGTERM kills it before its handler is in), while it evaluates, or after it finished — the run
+    ends "stopped", never "failed", and the next start evaluates again."""
+    r = run_cli("start", "--project", str(project.root), "--only", "eval", "--force")
+    assert r.returncode == 0, r.stderr
+    driver = int(re.search(r"pid (\d+)", r.stdout).group(1))
+    deadline = time.monotonic() + 120
+    while not project.stage_pid.is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)                      # polling a file another process writes: no event to wait on
+    r = run_cli("stop", "--project", str(project.root), "--timeout", "0")
+    assert r.returncode == 0, r.stderr
+    wait_exit(driver)
+    state = json.loads(project.state_json.read_text())
+    assert state["status"] == "stopped" and not state.get("error"), state
+    project.stop_file.unlink(missing_ok=True)
+    r = run_cli("run", "--project", str(project.root), "--only", "eval", "--force")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(project.state_json.read_text())["status"] == "done"
