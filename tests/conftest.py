@@ -23,9 +23,15 @@ def isolated_env(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GGUF_TRAINER_HOME", str(home / ".gguf-trainer"))
-    for var in ("HF_TOKEN", "GGUF_TRAINER_MATERIALS", "GGUF_TRAINER_MOCK_TEACHER",
-                "GGUF_TRAINER_LOCK_FD", "GGUF_TRAINER_RUN_ID", "GGUF_TRAINER_PARENT_PID"):
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "GGUF_TRAINER_MATERIALS",
+                "GGUF_TRAINER_MOCK_TEACHER", "GGUF_TRAINER_LOCK_FD", "GGUF_TRAINER_RUN_ID", "GGUF_TRAINER_PARENT_PID"):
         monkeypatch.delenv(var, raising=False)
+    # the Hugging Face token store's file (`hf auth login`): HF_TOKEN_PATH for child processes; huggingface_hub
+    # read it once, at import, in this one
+    hf_token_path = str(home / ".cache" / "huggingface" / "token")
+    monkeypatch.setenv("HF_TOKEN_PATH", hf_token_path)
+    import huggingface_hub.constants as hf_constants
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", hf_token_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return home
 

@@ -81,6 +81,17 @@ def test_download_selects_the_patterns_and_verifies_every_file(hub, project, rep
     assert events[-1] == {"type": "progress", "count": st.bytes_total, "total": st.bytes_total, "unit": "bytes"}
 
 
+def test_without_a_project_token_the_download_sends_the_hugging_face_logins(hub, project):
+    import huggingface_hub.constants as hf_constants
+    stored = Path(hf_constants.HF_TOKEN_PATH)                 # `hf auth login`'s file, under the test HOME
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    stored.write_text("hf_fromTheLogin\n", encoding="utf-8")
+    materials.download(project, project.pack.material("student_tokenizer"), lambda event: None)
+    sent = [r.headers.get("authorization") for r in hub.requests if "/resolve/" in r.path]
+    assert sent and all(a == "Bearer hf_fromTheLogin" for a in sent)
+    assert not (project.root / ".hf_token").exists()          # the login's token is not copied into the project
+
+
 def test_a_killed_job_resumes_its_file_with_a_range_request(hub, project, repos):
     hub.delay_s = 0.02                                       # slow enough to be killed mid-file
     pid = materials.start_job(project, "teacher")

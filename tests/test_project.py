@@ -10,7 +10,7 @@ import pytest
 
 from trainer_core.base import atomic
 from trainer_core.base.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
-from trainer_core.base.errors import ConfigError, NoProjectError, ProjectExistsError, UsageError
+from trainer_core.base.errors import ConfigError, DiskFullError, NoProjectError, ProjectExistsError, UsageError
 from trainer_core.project import Project, folder_is_project, last_project, remember_last_project
 
 # the llada_image defaults, written out (peer-behaviour §2.1, the keys the project file must hold)
@@ -68,7 +68,7 @@ def test_create_writes_project_and_state(tmp_path):
     assert data["pack"] == "llada_image"
     assert data["name"] == "pig_llada_adapter"
     assert data["auto_resume"] is True
-    assert data["hf_token"] == ""
+    assert "hf_token" not in data                # a secret: kept in .hf_token, never in project.json
     assert data["materials"] == {}
     assert data["train"] == {**data["train"], **LLADA_TRAIN}
     assert {k: data["train"][k] for k in LLADA_TRAIN} == LLADA_TRAIN
@@ -431,7 +431,7 @@ def test_failed_replace_keeps_original_and_no_temp(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(atomic.os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(DiskFullError, match="No space left on .* while writing data.json"):
         atomic_write_json(path, {"original": False})
     monkeypatch.undo()
     assert path.read_bytes() == b'{"original": true}\n'
@@ -462,7 +462,7 @@ def test_failed_save_settings_keeps_project_json(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(atomic.os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(DiskFullError, match="project.json"):
         project.update_settings(["train.steps=5"])
     monkeypatch.undo()
     assert (root / "project.json").read_bytes() == before

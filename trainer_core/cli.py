@@ -197,6 +197,13 @@ def run_command(args: argparse.Namespace, command: Callable[[argparse.Namespace]
     except BrokenPipeError:
         _silence_stdout()
         return 141
+    except OSError as e:              # a full or read-only disk, a file where a folder should be: one sentence
+        from trainer_core.base.diskspace import disk_error
+        sentence = disk_error(e)
+        if sentence is None:
+            raise
+        print(str(sentence), file=sys.stderr)
+        return sentence.exit_code
 
 
 def _silence_stdout() -> None:

@@ -18,9 +18,11 @@ def cmd_download(args: argparse.Namespace) -> int:
     before any Hub request, for the offline demo)."""
     from trainer_core.materials import (DEMO_OFFLINE, DownloadError, adopt_existing, download, is_demo, list_files,
                                         material_lock, material_status, token_for, wanted)
+    from trainer_core.base.diskspace import ensure_writable
     project = Project.open(args.project)
     if is_demo(project):
         raise UsageError(DEMO_OFFLINE)
+    ensure_writable(project.materials_dir)          # before any Hub request: a read-only project says so
     for material_id, path in adopt_existing(project):
         print(f"{material_id}: found and linked {path}")
     project = Project.open(args.project)
@@ -139,8 +141,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
         if student.hidden_size != c.in_dim:
             raise UsageError(f"the student's hidden size is {student.hidden_size} but the adapter reads "
                              f"{c.in_dim}-wide states; pass the student it was trained against.")
-        ids, mask = student.batch([student.ids(pack.student_chunks(args.prompt))])   # as the engine assembles it
-        hidden = student.hidden(ids, mask)[0].numpy()
+        hidden = pack.student_states(student, args.prompt)          # as the engine assembles and runs it
     if args.vis and not c.vis_dim:
         raise UsageError(f"--vis is only for adapters with a vision input; this one is a {c.kind}.")
     t5_ids = read_ids(args.t5_ids) if args.t5_ids else None

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from trainer_core.contract.gguf_io import PREFIX, STUDENT_MARKER, detect_layout, read_gguf_kvs, read_gguf_tensors
+from trainer_core.contract.gguf_io import PREFIX, STUDENT_MARKER, layout_of, read_gguf_kvs, read_gguf_tensors
 
 __all__ = ["describe_gguf", "STUDENT_MARKER"]
 
@@ -24,7 +24,7 @@ def describe_gguf(path: str | os.PathLike) -> dict[str, Any]:
         "dtypes": dict(Counter(t.dtype for t in tensors.values())), "kvs": read_gguf_kvs(path),
     }
     if any(name.startswith(PREFIX) for name in tensors):
-        config, problems = detect_layout({n: (t.shape_ne, t.dtype) for n, t in tensors.items()})
+        config, problems = layout_of(tensors)
         info.update(kind="adapter", variant=config.kind if config else None,
                     config=config.to_dict() if config else None,
                     heads=config.heads if config else None,

@@ -1,18 +1,17 @@
-"""Materials: what a pack needs on disk, whether it is there, finding copies the user already
-has, and resumable downloads from the Hugging Face Hub.
+"""Materials: what a pack needs on disk, whether it is there, finding copies the user already has, and resumable
+downloads from the Hugging Face Hub.
 
-Status: `ready` / `partial` / `downloading` / `missing`, with bytes and file counts. Online it is
-decided against the Hub's file listing (every file the allow-patterns select must be on disk
-with the listed size); offline, from the disk alone (every pattern matches a file and no
-partial download is left).
+Status: `ready` / `partial` / `downloading` / `missing`, with bytes and file counts. Online it is decided against
+the Hub's file listing (every file the allow-patterns select must be on disk with the listed size); offline, from
+the disk alone (every pattern matches a file and no partial download is left).
 
 Downloads keep one partial file per Hub file (`<dest>/.partial/<path>`) and continue it with an
 HTTP Range request, then check size and sha256 (LFS) or the git blob id (small files) before
 moving it into place, so a kill, a crash or a reboot never costs the bytes already fetched
 (huggingface_hub restarts an interrupted file from byte 0). A read that sees no byte for
 `GGUF_TRAINER_STALL_S` seconds (default 60) is abandoned and resumed where it stopped: the stall
-watchdog. The Hub address is `HF_ENDPOINT` read at call time; the token is the project's
-`hf_token` or `HF_TOKEN` and is never logged.
+watchdog. The Hub address is `HF_ENDPOINT` read at call time; the token is the project's own
+(`.hf_token`) or the Hugging Face token store's (base/token_store.py) and is never logged.
 
 Jobs: `python -m trainer_core.materials --project DIR --id ID` runs detached (jobs.py: its pid,
 status and log are `materials/.downloads/<id>.pid|.status|.log`), holding
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from trainer_core.base import token_store
 from trainer_core.base.atomic import atomic_write_json
 from trainer_core.base.errors import TrainerError, UsageError
 from trainer_core.base.events import Report, Reporter
@@ -98,7 +98,7 @@ def endpoint() -> str:
 
 
 def token_for(project: Project) -> str | None:
-    return project.settings.hf_token or os.environ.get("HF_TOKEN") or None
+    return token_store.resolve(project.settings.hf_token)
 
 
 def _selected(path: str, patterns: tuple[str, ...]) -> bool:

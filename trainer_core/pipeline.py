@@ -11,6 +11,7 @@ or bad arguments) or 3 (already running).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import signal
@@ -19,6 +20,7 @@ import sys
 import time
 import traceback
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from trainer_core.base.errors import AlreadyRunningError, TrainerError, UsageError
@@ -62,21 +64,44 @@ class Driver:
         stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
         prefix = f"[{stage}] " if stage else ""
         line = f"[{stamp}] {prefix}{message}\n"
-        os.write(self.log_fd, line.encode("utf-8"))
+        try:
+            os.write(self.log_fd, line.encode("utf-8"))
+        except OSError:               # a full disk: the line still reaches stderr (and the GUI, through state)
+            self._to_stderr(line)
         if self.echo:
             sys.stdout.write(line)
             sys.stdout.flush()
 
     def emit(self, type: str, stage: str | None = None, at: float | None = None, **payload: Any) -> None:
         event = make_event(type, payload, stage=stage, run=self.run_id, at=at)
-        self.events.write(event)
+        try:
+            self.events.write(event)
+        except OSError as e:          # a full or read-only disk must not end the driver: state.json says it
+            self._to_stderr(f"events.jsonl not written ({e.strerror})\n")
         self._apply(event)
 
     def save_state(self, force: bool = True) -> None:
+        """Write state.json (atomically; on a full disk, over the old file's own blocks: the final
+        state of a run is always recorded if the file can be written at all)."""
         now = time.monotonic()
         if force or now - self._state_written >= STATE_WRITE_INTERVAL:
-            self.project.write_state(self.state)
+            try:
+                self.project.write_state(self.state)
+            except (TrainerError, OSError) as e:
+                try:
+                    write_in_place(self.project.state_json, self.state)
+                except OSError:
+                    self._to_stderr(f"state.json not written: {e}\n")
+                    return
             self._state_written = now
+
+    @staticmethod
+    def _to_stderr(text: str) -> None:
+        try:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
 
     def _apply(self, event: dict[str, Any]) -> None:
         """Fold an event into state.json and pipeline.log."""
@@ -248,6 +273,17 @@ class Driver:
         self.events.close()
         os.close(self.log_fd)
         return 1 if outcome == "failed" else 0
+
+
+def write_in_place(path: Path, state: dict[str, Any]) -> None:
+    """Overwrite an existing file's bytes without a temp file (the fallback when the disk is full:
+    the blocks the old file holds are reused). Not atomic, so only for the driver's last word."""
+    data = (json.dumps(state, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    with open(path, "r+b") as f:
+        f.write(data)
+        f.truncate()
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def run_pipeline(project: Project, only: list[str] | None = None, force: bool = False,

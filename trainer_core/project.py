@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer_core.base.atomic import atomic_write_json, read_json
-from trainer_core.base import config
+from trainer_core.base import config, token_store
 from trainer_core.base.config import Settings
-from trainer_core.base.errors import ConfigError, NoProjectError, ProjectExistsError
+from trainer_core.base.errors import ConfigError, NoProjectError, ProjectExistsError, TrainerError
 from trainer_core.base.events import EventWriter, make_event
 from trainer_core.base.locks import FileLock
 from trainer_core.packs import DEFAULT_PACK, PACKS, TrainerPack, get_pack
@@ -47,6 +47,7 @@ def apply_assignments(raw: dict, assignments: list[str]) -> tuple[dict, Settings
 
 
 PROJECT_FILE = "project.json"
+TOKEN_KEY = "hf_token"           # a setting kept out of project.json (base/token_store.py)
 # settings whose change makes a project's shards stale (the pack, the synthetic targets, the student's and
 # the teacher's files), and with them the checkpoints trained on them
 INVALIDATING = ("pack", "precompute.mock_teacher")
@@ -85,6 +86,17 @@ def last_project() -> Path | None:
     data = read_json(user_dir() / "settings.json", {})
     value = data.get("last_project") if isinstance(data, dict) else None
     return Path(value) if isinstance(value, str) and value else None
+
+
+def _adopt_token(root: Path, legacy: str) -> str:
+    """The project's token: a value an older version left in project.json moves to .hf_token (where the
+    folder is writable; else it is used from where it is), otherwise what .hf_token holds."""
+    if legacy:
+        try:
+            token_store.write_token(root, legacy)
+        except OSError:
+            return legacy
+    return token_store.read_token(root)
 
 
 def folder_is_project(path: str | os.PathLike) -> bool:
@@ -160,9 +172,13 @@ class Project:
         raw = default_settings_dict(pack.id)
         raw["name"] = name if name is not None else _adapter_name(root.name)
         settings = settings_from_dict(raw)  # validates a user-given name
-        root.mkdir(parents=True, exist_ok=True)
-        for lock in (root / ".settings.lock", root / ".run.lock"):
-            lock.touch()
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            for lock in (root / ".settings.lock", root / ".run.lock"):
+                lock.touch()
+        except OSError as e:          # read-only, not ours, a file in the way: one sentence
+            from trainer_core.base.diskspace import disk_error
+            raise (disk_error(e, root) or e) from None
         project = cls(root, settings)
         project.save_settings(settings)
         project.write_state(new_state())
@@ -172,11 +188,27 @@ class Project:
     @classmethod
     def open(cls, root: str | os.PathLike) -> "Project":
         root = Path(root).expanduser().resolve()
-        return cls(root, cls._load_settings(root))
+        project = cls(root, cls._load_settings(root))
+        project._drop_legacy_token()
+        return project
+
+    def _drop_legacy_token(self) -> None:
+        """A project.json from an older version may hold `hf_token`: _load_settings moved it to .hf_token;
+        rewrite project.json without it, once, under the settings lock (a read-only folder keeps it, still used)."""
+        raw = read_json(self.project_json, None)
+        if not (isinstance(raw, dict) and TOKEN_KEY in raw):
+            return
+        try:
+            with FileLock(self.root / ".settings.lock"):
+                self.save_settings(self.reload())
+        except (OSError, TrainerError):     # not writable (read-only, full): the token is still read from there
+            pass
 
     @staticmethod
     def _load_settings(root: Path) -> Settings:
         path = root / PROJECT_FILE
+        if root.exists() and not root.is_dir():
+            raise NoProjectError(f"{root} is a file, not a project folder; pick the project's folder.")
         if not root.is_dir():
             raise NoProjectError(
                 f"There is no project at {root}: the folder does not exist; "
@@ -198,6 +230,8 @@ class Project:
             ]) from None
         except OSError as e:
             raise NoProjectError(f"{path} cannot be read ({e.strerror}); check its permissions.") from None
+        if isinstance(raw, dict) and isinstance(raw.get(TOKEN_KEY, ""), str):   # the token lives in .hf_token
+            raw[TOKEN_KEY] = _adopt_token(root, raw.pop(TOKEN_KEY, ""))
         try:
             return settings_from_dict(raw)
         except ConfigError as e:
@@ -213,7 +247,9 @@ class Project:
 
     # ------------------------------------------------------------ settings
     def save_settings(self, settings: Settings) -> None:
-        atomic_write_json(self.project_json, settings.to_dict())
+        """project.json, and the token in .hf_token (0600): never in project.json, which gets copied and shared."""
+        token_store.write_token(self.root, settings.hf_token)
+        atomic_write_json(self.project_json, {k: v for k, v in settings.to_dict().items() if k != TOKEN_KEY})
         self.settings = settings
 
     def update_settings(self, assignments: list[str]) -> tuple[Settings, Settings]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer_core.base import token_store
 from trainer_core.base.atomic import read_json
 from trainer_core.base.errors import TrainerError
 from trainer_core.contract import checkpoints
@@ -82,6 +83,7 @@ def status_report(project: Project) -> dict[str, Any]:
     return {"project": str(project.root), "pack": project.pack.id, "name": project.settings.name,
             "status": info["status"], "pid": info["pid"], "stage_pid": info["stage_pid"],
             "run": state.get("run"), "stage": state.get("stage"), "error": state.get("error"),
+            "hf_token": token_store.describe(project.settings.hf_token),      # where it comes from, never what
             "planned_steps": project.settings.train.steps, "stages": stages,
             "checkpoints": {"last": last and last.to_dict(), "best": best and best.to_dict()},
             "export": str(project.gguf_path()),

@@ -2,9 +2,10 @@
 
 Launch policy: loopback (127.0.0.1) by default. `--share` (a public gradio.live link) or any
 other `--host` needs `--auth user:pass` (or `--auth generate`: a random password printed once);
-without it the app refuses to start. Always `ssr_mode=False` (the SSR auth bypass of Gradio
-6.27–6.31) and no run history. Closing the tab or the app never stops a run: runs are detached
-processes the Supervisor only watches.
+without it the app refuses to start. With a login, nothing but the login page is served before it
+and failed logins back off per client (ui/login_guard.py). Always `ssr_mode=False` (the SSR auth
+bypass of Gradio 6.27–6.31) and no run history. Closing the tab or the app never stops a run:
+runs are detached processes the Supervisor only watches.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from trainer_core import __version__
 from trainer_core.cli import DEFAULT_PORT, DEMO_FOLDER
@@ -25,6 +27,7 @@ from trainer_core.supervisor import Supervisor
 
 from ui import hardware_tab, logs_tab, output_tab, setup_tab, train_tab
 from ui.context import Ctx
+from ui.login_guard import LoginGuard, LoginThrottle
 from ui.paths import PathPolicy
 
 __all__ = ["build_app", "make_context", "launch_policy", "LaunchRefused", "main", "serve", "ServeOptions"]
@@ -119,14 +122,18 @@ def launch_policy(host: str, share: bool, auth: str | None) -> tuple[tuple[str, 
 
 
 def serve(ctx: Ctx, host: str = "127.0.0.1", port: int = DEFAULT_PORT, share: bool = False, auth: str | None = None,
-          open_browser: bool = True, block: bool = True) -> tuple[gr.Blocks, str]:
+          open_browser: bool = True, block: bool = True, throttle: LoginThrottle | None = None
+          ) -> tuple[gr.Blocks, str]:
     credentials, shown = launch_policy(host, share, auth)
     app = build_app(ctx)
     app.queue(default_concurrency_limit=4)
+    # with a login: only the login page before it, and a back-off after failed ones
+    guard = [Middleware(LoginGuard, throttle=throttle or LoginThrottle())] if credentials else []
     _, local_url, share_url = app.launch(
         server_name=host, server_port=port, share=share, auth=credentials, ssr_mode=False, run_history=False,
         prevent_thread_lock=True, quiet=True, show_error=True, inbrowser=False,
-        blocked_paths=[str(user_dir())], max_file_size="1mb", enable_monitoring=False)
+        blocked_paths=[str(user_dir())], max_file_size="1mb", enable_monitoring=False,
+        app_kwargs={"middleware": guard})
     url = share_url or local_url
     public = f" (public link: {share_url})" if share_url else ""
     print(f"gguf-trainer {__version__} at {local_url}{public}", flush=True)

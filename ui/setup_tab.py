@@ -111,7 +111,7 @@ class ProjectView:
                   for v, i, s in zip(values, infos, vis)]
         status = runtime_status(project)["status"]
         token = ("a token is saved (hidden); type a new one to replace it" if project.settings.hf_token
-                 else "hf_… (only for gated or private repos)")
+                 else "hf_… (only for gated or private repos; without one, your Hugging Face login's is used)")
         title = (f"**{project.settings.name}** · {project.pack.title} · `{project.root}` · status **{status}**")
         table = materials_panel.rows(all_statuses(project, online=False))
         return (str(project.root), banner(message, kind), title, *fields, gr.update(value=table),
@@ -180,13 +180,16 @@ def save_settings(ctx: Ctx, project_path: str | None, token: str, *values: Any) 
         project.update_settings(assignments)
     except ConfigError as e:
         return _not_saved(ctx, project, e, values)
+    except TrainerError as e:              # a read-only folder, a full disk: the sentence, the form kept
+        return _not_saved(ctx, project, e, values)
     ctx.supervisor.poke(project.root)
     return ProjectView.of(ctx, project, f"Saved {len(assignments)} setting(s).", "ok")
 
 
-def _not_saved(ctx: Ctx, project: Project, error: ConfigError, values: tuple) -> tuple:
+def _not_saved(ctx: Ctx, project: Project, error: TrainerError, values: tuple) -> tuple:
     """The form with every problem on its field, keeping what the user typed so they can correct it."""
-    view = list(ProjectView.of(ctx, project, f"Not saved: {error}", "error", error=error))
+    view = list(ProjectView.of(ctx, project, f"Not saved: {error}", "error",
+                               error=error if isinstance(error, ConfigError) else None))
     for i, value in enumerate(values):
         view[3 + i] = gr.update(value=value, info=view[3 + i].get("info"))
     return tuple(view)
@@ -283,7 +286,8 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     with gr.Accordion("Materials", open=True):
         panel = materials_panel.build(project_state, top_banner)
         materials = panel["outputs"][0]
-        hf_token = gr.Textbox(label="HF token (for gated or private repos; never shown again once saved)",
+        hf_token = gr.Textbox(label="HF token (for gated or private repos; kept in the project's .hf_token, "
+                                    "readable only by you, never shown again)",
                               type="password", value="", elem_id="hf-token")
     fields = build_fields()
     disk = gr.Markdown("", elem_id="disk-estimate")

@@ -70,6 +70,9 @@ def test_save_writes_the_changes_and_the_token_never_comes_back(ctx):
     project = Project.open(out[0])
     assert project.settings.train.steps == 12000 and project.settings.precompute.mock_teacher
     assert project.settings.hf_token == "hf_secretTOKEN123"
+    token_file = project.root / ".hf_token"                       # readable only by the user, not in project.json
+    assert token_file.stat().st_mode & 0o777 == 0o600 and "hf_secretTOKEN123" in token_file.read_text()
+    assert "hf_secretTOKEN123" not in project.project_json.read_text()
     assert "hf_secretTOKEN123" not in json.dumps(saved, default=str)
     assert saved[-1]["value"] == "" and "hidden" in saved[-1]["placeholder"]
     reopened = setup_tab.open_project(ctx, out[0])

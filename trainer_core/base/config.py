@@ -285,7 +285,7 @@ class TrainSettings:
     weight_decay: float = _setting(0.01, _number(0.0))
     grad_clip: float = _setting(1.0, _number(0.0), "0 = no clipping")
     cos_weight: float = _setting(0.5, _number(0.0))
-    sigma_floor: float = _setting(0.03, _number(0.0))
+    sigma_floor: float = _setting(0.03, _number(0.0), "σ floor; layerwise packs: × each tap's median σ")
     grad_checkpoint: str = _setting("auto", _choice("auto", "on", "off"))
     batch_tokens: int = _setting(0, _count(0), "micro-batch token budget; 0 = whole batch at once")
     log_every: int = _setting(25, _count())
@@ -329,7 +329,7 @@ class Settings:
     pack: str = "llada_image"
     name: str = "pig_llada_adapter"
     auto_resume: bool = True
-    hf_token: str = ""
+    hf_token: str = field(default="", repr=False)   # a secret: in .hf_token (token_store.py), not project.json
     materials: dict = field(default_factory=dict)   # material id -> MaterialOverride
     corpus: CorpusSettings = field(default_factory=CorpusSettings)
     precompute: PrecomputeSettings = field(default_factory=PrecomputeSettings)

@@ -9,10 +9,13 @@ shows it in its error banner.
     │   ├── ProjectExistsError   `new` on a folder that already is a project
     │   ├── UnknownPackError     no pack with that id
     │   ├── ModelFileError       a GGUF / model / dump file we cannot use as it is
+    │   ├── FolderError          a folder we cannot write: read-only, no permission, a file in
+    │   │                        the way (base/diskspace.py)
     │   └── CheckpointNameError  a checkpoint name that is none of last, best, step<N>
     │                            (contract/checkpoints.py; also a CheckpointError)
     ├── AlreadyRunningError      the project's run lock is held; exit code 3
     ├── CorpusError              a prompt file that cannot be read or is too small
+    ├── DiskFullError            a write that does not fit on its disk (base/diskspace.py)
     ├── StageNotAvailableError   a stage this version does not implement yet
     ├── CheckpointError          a checkpoint that is missing, damaged or of another format
     │   └── DamagedCheckpointError  one that cannot be read (contract/checkpoints.py)
@@ -30,6 +33,7 @@ from __future__ import annotations
 __all__ = [
     "TrainerError", "UsageError", "ConfigError", "NoProjectError", "ProjectExistsError",
     "UnknownPackError", "ModelFileError", "AlreadyRunningError", "CorpusError", "StageNotAvailableError",
+    "DiskFullError", "FolderError",
 ]
 
 
@@ -80,6 +84,14 @@ class AlreadyRunningError(TrainerError):
 
 
 class CorpusError(TrainerError):
+    pass
+
+
+class DiskFullError(TrainerError):
+    pass
+
+
+class FolderError(UsageError):
     pass
 
 

@@ -200,7 +200,10 @@ class Reporter:
                     return
                 self._writer = EventWriter(self.fallback)
         event["run"], event["stage"] = self.run, self.stage
-        self._writer.write(event)
+        try:
+            self._writer.write(event)
+        except OSError:     # no driver and a full or read-only disk: nowhere left to say it
+            pass
 
 
 class ListReport:

@@ -28,8 +28,12 @@ class FileLock:
         """Take the lock; False (non-blocking) when another process holds it."""
         if self.fd is not None:
             return True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:         # a read-only or foreign folder: one sentence (base/diskspace.py)
+            from trainer_core.base.diskspace import disk_error
+            raise (disk_error(e, self.path) or e) from None
         try:
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))

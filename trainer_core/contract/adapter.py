@@ -1,11 +1,14 @@
 """The adapter networks, exactly as the ggk engine runs them (engine-contract §0.1–§4).
 
-Three kinds cover the four packs:
+Four kinds cover the five packs:
 
-    resampler             LLaDA-Image: learned queries cross-attend to the student states
-    seeded_resampler      PixArt: the same, each query seeded with the T5 embedding of its slot
-    token_aligned_vision  MageFlow / Qwen-Image 2.1: position i → position i, a skip path, and the
-                          vision bridge (frozen vision_proj for the engine, trained vis_in)
+    resampler                LLaDA-Image: learned queries cross-attend to the student states
+    seeded_resampler         PixArt: the same, each query seeded with the T5 embedding of its slot
+    token_aligned_vision     MageFlow / Qwen-Image 2.1: position i → position i, a skip path, and the
+                             vision bridge (frozen vision_proj for the engine, trained vis_in)
+    token_aligned_layerwise  FLUX.3 Klein: position i → the teacher's stack of tapped layers at row i
+                             (n_taps × layer_dim), a skip path; `layer_map` (the tap numbers, f32) is
+                             how the engine tells it apart and counts the layers
 
 Building blocks: separate q/k/v/o linears with bias, head_dim 64, LayerNorm eps 1e-5,
 exact (erf) GELU, pre-LN blocks; state_dict names and registration order are the GGUF's
@@ -23,14 +26,17 @@ from torch import nn
 
 __all__ = [
     "HEAD_DIM", "LN_EPS", "KINDS", "STANDARDIZED_KINDS", "AdapterConfig", "Attention",
-    "ResamplerBlock", "TokenBlock", "Resampler", "TokenAligned", "build_adapter",
+    "ResamplerBlock", "TokenBlock", "Resampler", "TokenAligned", "Layerwise", "build_adapter",
     "count_parameters", "expected_tensor_count",
 ]
 
 HEAD_DIM = 64
+LAYERWISE = "token_aligned_layerwise"
+TOKEN_KINDS = frozenset({"token_aligned_vision", LAYERWISE})
 LN_EPS = 1e-5
-KINDS = ("resampler", "seeded_resampler", "token_aligned_vision")
-STANDARDIZED_KINDS = frozenset({"resampler"})  # trained on (t − μ)/σ; the export folds μ, σ back in
+KINDS = ("resampler", "seeded_resampler", "token_aligned_vision", "token_aligned_layerwise")
+# trained on (t − μ)/σ; the export folds μ, σ back in
+STANDARDIZED_KINDS = frozenset({"resampler", "token_aligned_layerwise"})
 
 
 @dataclass(frozen=True)
@@ -46,16 +52,24 @@ class AdapterConfig:
     vis_dim: int = 0            # token_aligned_vision: raw mmproj width
     has_vis_in: bool = True     # token_aligned_vision: raw-vision injection (the engine allows it off)
     has_skip: bool = True       # token_aligned_vision: skip path (the engine allows it off)
+    taps: tuple[int, ...] = ()  # token_aligned_layerwise: the teacher layers stacked, ascending (layer_map)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown adapter kind {self.kind!r}; expected one of {KINDS}")
         if self.width % HEAD_DIM or self.width <= 0:
             raise ValueError(f"adapter width must be a positive multiple of {HEAD_DIM}, got {self.width}")
-        if self.kind != "token_aligned_vision" and self.num_queries <= 0:
+        if self.kind not in TOKEN_KINDS and self.num_queries <= 0:
             raise ValueError(f"a {self.kind} needs num_queries > 0")
         if self.kind == "seeded_resampler" and self.seed_vocab <= 0:
             raise ValueError("a seeded_resampler needs seed_vocab > 0")
+        object.__setattr__(self, "taps", tuple(int(t) for t in self.taps) if self.kind == LAYERWISE else ())
+        if self.kind == LAYERWISE:
+            if len(self.taps) < 2:
+                raise ValueError(f"a {LAYERWISE} adapter needs at least 2 taps (the engine reads a 1-entry "
+                                 f"layer_map as a plain adapter), got {list(self.taps)}")
+            if self.out_dim % len(self.taps):
+                raise ValueError(f"out_dim {self.out_dim} is not {len(self.taps)} taps of equal width")
         # canonical form, so two descriptions of the same network compare equal
         canon = {"mlp_hidden": self.mlp_hidden or 4 * self.width}
         if self.kind != "seeded_resampler":
@@ -63,6 +77,8 @@ class AdapterConfig:
         if self.kind == "token_aligned_vision":
             canon["num_queries"] = 0
             canon["has_vis_in"] = bool(self.vis_dim) and self.has_vis_in
+        elif self.kind == LAYERWISE:      # no vision; the skip path is part of the kind
+            canon.update(num_queries=0, vis_dim=0, has_vis_in=False, has_skip=True)
         else:
             canon.update(vis_dim=0, has_vis_in=False, has_skip=False)
         for key, value in canon.items():
@@ -78,7 +94,16 @@ class AdapterConfig:
 
     @property
     def token_aligned(self) -> bool:
-        return self.kind == "token_aligned_vision"
+        return self.kind in TOKEN_KINDS
+
+    @property
+    def layerwise(self) -> bool:
+        return self.kind == LAYERWISE
+
+    @property
+    def layer_dim(self) -> int:
+        """The width of one tapped layer (layerwise); out_dim for the other kinds."""
+        return self.out_dim // len(self.taps) if self.taps else self.out_dim
 
     @property
     def standardized(self) -> bool:
@@ -214,7 +239,35 @@ class TokenAligned(nn.Module):
         return out
 
 
+class Layerwise(nn.Module):
+    """Position i of the student → the teacher's stacked taps at row i: [B, L, n_taps · layer_dim].
+
+    out = out_proj(ln_out(TokenBlocks(in_proj(h)))) + skip(h), the blocks bidirectional over every
+    row the engine hands over (real rows and pads). `layer_map` holds the tap numbers as float32:
+    the engine never reads the values, only the count (and the tensor's presence)."""
+
+    def __init__(self, config: AdapterConfig):
+        super().__init__()
+        c = self.config = config
+        self.register_buffer("layer_map", torch.tensor(c.taps, dtype=torch.float32))   # first in the state_dict
+        self.in_proj = nn.Linear(c.in_dim, c.width)
+        self.blocks = nn.ModuleList(TokenBlock(c.width, c.mlp) for _ in range(c.depth))
+        self.ln_out = nn.LayerNorm(c.width, eps=LN_EPS)
+        self.out_proj = nn.Linear(c.width, c.out_dim)
+        nn.init.zeros_(self.out_proj.weight)   # at step 0 the output is exactly skip(h)
+        nn.init.zeros_(self.out_proj.bias)
+        self.skip = nn.Linear(c.in_dim, c.out_dim)
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.in_proj(h)                                           # [B, L, W]
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.out_proj(self.ln_out(x)) + self.skip(h)           # [B, L, n_taps · layer_dim]
+
+
 def build_adapter(config: AdapterConfig) -> nn.Module:
+    if config.layerwise:
+        return Layerwise(config)
     return TokenAligned(config) if config.token_aligned else Resampler(config)
 
 
@@ -223,7 +276,9 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def expected_tensor_count(config: AdapterConfig) -> int:
-    """Tensors in the state_dict (= in the GGUF): 175 / 176 / 74 at the reference sizes."""
+    """Tensors in the state_dict (= in the GGUF): 175 / 176 / 74 / 73 at the reference sizes."""
+    if config.layerwise:
+        return 1 + 2 + 16 * config.depth + 2 + 4
     if config.token_aligned:
         head = 2 + (1 if config.vis_dim else 0) + (1 if config.vis_dim and config.has_vis_in else 0)
         tail = 4 + (2 if config.has_skip else 0)

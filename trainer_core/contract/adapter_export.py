@@ -44,9 +44,7 @@ def export_checkpoint(project: Project, ck: dict[str, Any], out: Path, checkpoin
         checkpoint=checkpoint, snapshot=snapshot,
         val_cos=float(val_cos) if val_cos is not None else None,
         best_val_cos=float(best) if best is not None and math.isfinite(best) and best > -1 else None)
-    pack_kvs = dict(pack.export_kvs)
-    if config.kind == "seeded_resampler":
-        pack_kvs["adapter.t5_vocab"] = config.seed_vocab   # the real table's size, not the reference one
+    pack_kvs = pack.adapter_kvs(config)
     fold = {"mu": ck["mu"].float(), "sigma": ck["sigma"].float()} if config.standardized else {}
     return write_adapter_gguf(out, model, config, name=project.settings.name, pack=pack.id,
                               provenance=provenance, pack_kvs=pack_kvs, **fold)
@@ -55,7 +53,6 @@ def export_checkpoint(project: Project, ck: dict[str, Any], out: Path, checkpoin
 def copy_export(src: Path, folder: str) -> Path:
     """Copy the final export to export.copy_to (e.g. the user's ggk model folder), atomically."""
     dest = Path(os.path.expanduser(folder)) / src.name
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(dest) as tmp:
+    with atomic_path(dest, needs=src.stat().st_size) as tmp:
         shutil.copyfile(src, tmp)
     return dest

@@ -117,8 +117,9 @@ def save(project: "Project", which: str, record: dict[str, Any], sidecar: Sideca
     file is read back (memory-mapped: its structure, not every byte) before it replaces the old one."""
     import torch
     path = weights_path(project, which)
-    with atomic_path(path) as tmp:
-        torch.save({"format": FORMAT, **record}, tmp)
+    with atomic_path(path, needs=_tensor_bytes(record)) as tmp:
+        with open(tmp, "wb") as f:          # a file object: a full disk raises OSError, not a bare RuntimeError
+            torch.save({"format": FORMAT, **record}, f)
         try:
             back = _read_back(tmp)
         except Exception as e:
@@ -130,6 +131,17 @@ def save(project: "Project", which: str, record: dict[str, Any], sidecar: Sideca
         del back
     atomic_write_json(path.with_suffix(".json"), sidecar.to_dict())
     return path
+
+
+def _tensor_bytes(value: Any) -> int:
+    """The bytes of every tensor in a (nested) record: what torch.save will write, give or take the pickle."""
+    if hasattr(value, "element_size") and hasattr(value, "numel"):
+        return int(value.element_size() * value.numel())
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
 
 
 def _read_back(path: Path) -> Any:

@@ -4,7 +4,7 @@ Each preset is read from the Hugging Face Hub in its own way: the small ones wit
 `datasets.load_dataset(..., split="train")` (cached by datasets, so a rerun reads the disk),
 VidProM (1.6 M rows) streamed, DiffusionDB's metadata as one parquet file with pyarrow. The
 prompt column is the preset's; when a dataset lacks it, its first column is used. Empty values
-are skipped. The Hub address is HF_ENDPOINT, the token the project's hf_token or HF_TOKEN.
+are skipped. The Hub address is HF_ENDPOINT; the caller passes the token (base/token_store.py).
 """
 from __future__ import annotations
 

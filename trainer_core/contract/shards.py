@@ -14,7 +14,9 @@ deletes and recomputes it. The schema (docs/SHARDS.md):
               stat_s   f64   [out_dim]     Σx over t_pack      } running target moments,
               stat_s2  f64   [out_dim]     Σx² over t_pack     } summed over the train
               stat_n   int64 [1]           rows in t_pack      } shards for μ and σ
-              + pack extras (seeded: seed_ids int32 [S, window], seed_len int32 [S])
+              + pack extras (seeded: seed_ids int32 [S, window], seed_len int32 [S]; layerwise:
+                n_real int32 [S], pad_multiple int32 [1], n_taps int32 [1], and `len` = `t_len` =
+                n_real + 1: the real rows and ONE pad row, which the reader repeats)
     metadata  one key, "gguf_trainer": JSON {"meta": {pack, kind, contract, mock_teacher,
                              teacher_mode, student, split, shard, samples, in_dim, out_dim,
                              num_queries, storage}, "prompts": [the S prompts in the shard's
@@ -183,7 +185,8 @@ def remove_temps(project: Project, split: str, indices: "set[int] | None" = None
 def write_shard(path: Path, tensors: dict[str, "torch.Tensor"], meta: dict[str, Any], prompts: list[str]) -> None:
     from safetensors.torch import save_file
     metadata = {"gguf_trainer": json.dumps({"meta": meta, "prompts": prompts}, sort_keys=True, ensure_ascii=False)}
-    with atomic_path(path) as tmp:
+    needs = sum(v.element_size() * v.numel() for v in tensors.values()) + len(metadata["gguf_trainer"])
+    with atomic_path(path, needs=needs) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
 
 
@@ -212,8 +215,9 @@ class Shard:
         return len(self.prompts)
 
 
-def load_stats(project: Project, sigma_floor: float) -> tuple["torch.Tensor", "torch.Tensor", int]:
-    """(μ, σ_f, number of floored dims) from the running moments of the train shards."""
+def load_stats(project: Project, sigma_floor: float, n_taps: int = 0) -> tuple["torch.Tensor", "torch.Tensor", int]:
+    """(μ, σ_f, number of floored dims) from the running moments of the train shards; with `n_taps`
+    (layerwise rows) the floor is relative, per tap (tap_losses.relative_sigma)."""
     from trainer_core.contract.losses import target_stats
     files = valid_shards(project, "train")
     if not files:
@@ -226,6 +230,9 @@ def load_stats(project: Project, sigma_floor: float) -> tuple["torch.Tensor", "t
         s = shard["stat_s"] if s is None else s + shard["stat_s"]
         s2 = shard["stat_s2"] if s2 is None else s2 + shard["stat_s2"]
         n += int(shard["stat_n"][0])
+    if n_taps:
+        from trainer_core.contract.tap_losses import relative_sigma
+        return relative_sigma(s, s2, n, sigma_floor, n_taps)
     mu, sigma = target_stats(s, s2, n, sigma_floor)
     raw = (s2 / n - (s / n) ** 2).clamp_min(0).sqrt()
     return mu, sigma, int((raw < sigma_floor).sum())

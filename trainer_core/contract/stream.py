@@ -36,6 +36,8 @@ class Batch:
     vis: torch.Tensor | None = None        # [B, L, vis_dim] token-aligned: raw vision rows at the slots, else 0
     vision: torch.Tensor | None = None     # [B, L] bool: image-slot rows
     sup_start: torch.Tensor | None = None  # [B] where the engine's slice starts (64 edit / 34 t2i)
+    weight: torch.Tensor | None = None     # [B, L] layerwise: row weights (real 1, a sample's pads 1 together)
+    pad: torch.Tensor | None = None        # [B, L] bool layerwise: the pad rows (expanded from the stored one)
 
     @property
     def size(self) -> int:
@@ -49,12 +51,17 @@ class Batch:
         vis = move(self.vis)
         return Batch(move(self.h).float(), move(self.mask), move(self.target).float(), move(self.tmask),
                      move(self.seed_ids), move(self.seed_len), None if vis is None else vis.float(),
-                     move(self.vision), move(self.sup_start))
+                     move(self.vision), move(self.sup_start), move(self.weight), move(self.pad))
 
     def parts(self) -> tuple[torch.Tensor | None, ...]:
         """Every field in order (for slicing a batch into micro-batches)."""
         return (self.h, self.mask, self.target, self.tmask, self.seed_ids, self.seed_len, self.vis, self.vision,
-                self.sup_start)
+                self.sup_start, self.weight, self.pad)
+
+    @property
+    def rows_weight(self) -> torch.Tensor:
+        """How much this batch counts in a step: its rows' weights, else its supervised rows."""
+        return self.weight.sum() if self.weight is not None else self.tmask.sum()
 
 
 def _mmap_tensor(path: Path, name: str) -> torch.Tensor:
@@ -90,6 +97,10 @@ class _ShardRows:
         self.seed_ids = self.shard["seed_ids"].long() if self.seeded else None
         self._q = _mmap_tensor(path, "q_pack")
         self._t = _mmap_tensor(path, "t_pack")
+        self.layerwise = "n_real" in self.shard.keys       # one stored pad row per sample, expanded
+        if self.layerwise:
+            self.n_real = self.shard["n_real"].long()
+            self.pad_multiple = int(self.shard["pad_multiple"][0])
         self.token_aligned = "v_pack" in self.shard.keys
         if self.token_aligned:      # image blocks: sample, first slot, length; offsets into v_pack
             self.sparse = int(self.shard["t_sparse"][0]) == 1          # no teacher rows under the slots
@@ -144,8 +155,33 @@ def _gather(packed: torch.Tensor, off: torch.Tensor, lens: torch.Tensor, width: 
 _BIG = 1 << 20     # elements of a padded batch from which _gather copies sample by sample
 
 
+def _collate_layerwise(src: _ShardRows, idx: torch.Tensor, keep_dtype: bool, pin: bool) -> Batch:
+    """Each sample's rows as the engine hands them to the adapter: its n_real rows, then its one stored
+    pad row repeated up to the next multiple of pad_multiple (none when n_real is one already). Real
+    rows weigh 1 and the pads of a sample 1/n_pad each, so a sample's pads count as one row."""
+    n_real, off, m = src.n_real[idx], src.q_off[idx], src.pad_multiple
+    rows = (n_real + m - 1) // m * m                                                # [B] ceil to m
+    B, L = len(idx), int(rows.max())
+    within = torch.arange(L)[None, :]                                               # [1, L]
+    keep = within < rows[:, None]                                                   # [B, L]
+    pad = keep & (within >= n_real[:, None])
+    n_pad = (rows - n_real).clamp_min(1)
+    weight = torch.where(pad, 1.0 / n_pad[:, None].float(), keep.float())
+    src_row = off[:, None] + torch.minimum(within, n_real[:, None])                # the stored pad at n_real
+    flat_src, flat_dest = src_row[keep], (torch.arange(B)[:, None] * L + within)[keep]
+
+    def gather(packed: torch.Tensor) -> torch.Tensor:
+        dtype = packed.dtype if keep_dtype else torch.float32
+        out = torch.zeros(B * L, packed.shape[1], dtype=dtype, pin_memory=pin)
+        out[flat_dest] = packed[flat_src].to(dtype)
+        return out.view(B, L, -1)
+    return Batch(gather(src._q), keep, gather(src._t), keep, None, None, weight=weight, pad=pad)
+
+
 def collate(src: _ShardRows, rows: list[int], keep_dtype: bool = False, pin: bool = False) -> Batch:
     idx = torch.as_tensor(rows, dtype=torch.long)
+    if src.layerwise:
+        return _collate_layerwise(src, idx, keep_dtype, pin)
     lens, t_lens = src.len[idx], src.t_len[idx]
     L = int(lens.max())
     R = int(t_lens.max()) if not src.seeded else src.seed_ids.shape[1]

@@ -175,14 +175,16 @@ class Student:
                              "tokenize() never returns an empty list")
         return pad_batch(token_lists, EMPTY_TOKEN_ID)
 
-    def hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def hidden(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor | None = None
+               ) -> torch.Tensor:
         """Final-norm hidden states [B, L, hidden_size] as float32 on the model's device.
 
         Computed in the model's dtype. Pad positions hold values too; only mask True rows
-        are meaningful (a causal model's real rows never see the right padding)."""
+        are meaningful (a causal model's real rows never see the right padding). `position_ids`
+        [B, L] replace the default 0..L-1 (FLUX.3 puts its pads at position 1)."""
         with torch.no_grad():
-            out = self.model(input_ids=ids.to(self.device),
-                             attention_mask=mask.to(self.device, torch.long))
+            out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device, torch.long),
+                             position_ids=None if position_ids is None else position_ids.to(self.device))
         return out.last_hidden_state.float()  # [B, L, H]
 
     def rows(self, token_lists: list[list[int]], max_len: int, max_batch: int, tok_budget: int

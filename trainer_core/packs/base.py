@@ -10,6 +10,8 @@ templates, export KVs, metric names, the ggk command line) plus a few hooks:
     make_shard(prompts, student, teacher, budgets) -> (tensors, meta)   one shard's content
     adapter_config(project, in_dim)        the adapter the train stage builds
     ggk_command(project)                   the engine command line that uses the export
+    adapter_kvs(config)                    the pack's KVs of an export (export_kvs + shape-dependent ones)
+    student_states(student, text)          the student's rows for a prompt, as the engine feeds the adapter
     export_extras(project, report)         what the export stage writes beside the adapter (SigVQ)
     extra_outputs(project)                 those files, for the Output tab and `status`
     shard_bytes(project, dims, student_dim)  disk a sample's shard rows take, from the pack's shapes
@@ -35,7 +37,7 @@ if TYPE_CHECKING:  # the stages import torch; the registry stays light
 __all__ = ["TrainerPack", "Material", "Budgets", "ADAPTER_KINDS", "CORPUS_KINDS", "STUDENT_MATERIALS",
            "IMAGE_PRESET_MATERIALS", "STUDENT_FILE", "PIG_CLIP_WIDTH", "DEMO_SETTINGS"]
 
-ADAPTER_KINDS = ("resampler", "seeded_resampler", "token_aligned_vision")
+ADAPTER_KINDS = ("resampler", "seeded_resampler", "token_aligned_vision", "token_aligned_layerwise")
 CORPUS_KINDS = ("text", "image")
 
 
@@ -128,6 +130,7 @@ class TrainerPack:
     metric_names: tuple[str, ...] = ()     # eval.json keys, in the order the GUI shows them
     ggk_args: str = ""            # the engine flags that use the adapter ({student}, {gguf} are replaced)
     ggk_edit_args: str = ""       # what editing adds to that command line (Qwen-Image 2.1: the mmproj)
+    ggk_model_args: str = "--diffusion-model MODEL.gguf --vae VAE.gguf"   # the DiT and VAE files it names
     teacher_control: str = "teacher_mode"   # the precompute setting that places the teacher ("placement")
     reference_dims: Mapping[str, int] = field(default_factory=dict)  # the real teacher's shapes, for estimates
     extra_settings: tuple[str, ...] = ()   # settings only this pack uses: the GUI shows them for it alone
@@ -167,8 +170,17 @@ class TrainerPack:
         student = self.resolve_material(project, "student")
         args = self.ggk_args.replace("{gguf}", str(project.gguf_path()))
         args = args.replace("{student}", str(student) if student is not None else STUDENT_FILE)
-        return ("ggk diffuser engine -- --diffusion-model MODEL.gguf --vae VAE.gguf " + args
-                + ' -p "a prompt" -o out.png')
+        return f'ggk diffuser engine -- {self.ggk_model_args} {args} -p "a prompt" -o out.png'
+
+    def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
+        """The pack's KVs of an export of `config` (export_kvs, plus what depends on the trained shapes)."""
+        return dict(self.export_kvs)
+
+    def student_states(self, student: Any, text: str) -> Any:
+        """The student's rows [L, hidden] (numpy f32) for a prompt, as the engine hands them to the
+        adapter (`gguf-trainer infer --prompt`)."""
+        ids, mask = student.batch([student.ids(self.student_chunks(text))])
+        return student.hidden(ids, mask)[0].cpu().numpy()
 
     def export_extras(self, project: "Project", report: Any) -> None:
         """Files the export stage writes beside the adapter; none by default."""

@@ -22,6 +22,7 @@ import traceback
 from typing import Callable
 
 from trainer_core.contract.dist import current as current_rank
+from trainer_core.base.diskspace import disk_error
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import Report, Reporter
 from trainer_core.base.locks import FileLock
@@ -133,9 +134,18 @@ def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
         report("error", message=str(e))
         return EXIT_FAILED
     except Exception as e:  # a bug: the traceback goes to pipeline.log through stderr
-        traceback.print_exc()
+        sentence = disk_error(e) if isinstance(e, OSError) else None     # a full or read-only disk is no bug
+        if sentence is not None:
+            report("error", message=str(sentence))
+            return EXIT_FAILED
+        # the event first (it goes through the driver's pipe): stderr is pipeline.log, on a disk that
+        # may be full, and the message must reach the driver however that write ends
         report("error", message=f"{type(e).__name__}: {e} (the traceback is in pipeline.log)",
                traceback=traceback.format_exc())
+        try:
+            traceback.print_exc()
+        except OSError:
+            pass
         return EXIT_FAILED
     finally:
         if main:

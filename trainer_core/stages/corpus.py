@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from trainer_core.base import token_store
 from trainer_core.base.errors import CorpusError
 from trainer_core.base.events import Report
 from trainer_core.contract.corpus_files import write_corpus
@@ -148,7 +148,7 @@ def prompt_sources(project: Project, report: Report) -> list[tuple[str, Iterator
     warning), then each `corpus.extra_files` file; CorpusError when there is none."""
     c = project.settings.corpus
     sources: list[tuple[str, Iterator[str]]] = []
-    token = project.settings.hf_token or os.environ.get("HF_TOKEN") or None
+    token = token_store.resolve(project.settings.hf_token)      # the project's own, else the Hugging Face login's
     for preset_id in c.presets:
         preset = PRESETS[preset_id]
         report("progress", count=0, total=1, unit="presets", detail=f"reading {preset.title} ({preset.repo})")

@@ -22,6 +22,7 @@ from trainer_core.contract import checkpoints
 from trainer_core.contract.adapter_export import checkpoint_model
 from trainer_core.contract.gguf_io import KV_CHECKPOINT, KV_PLANNED_STEPS, KV_TRAINED_STEPS, read_adapter_gguf
 from trainer_core.contract.losses import ResamplerMetrics, SeededMetrics, TokenAlignedMetrics
+from trainer_core.contract.tap_losses import LayerwiseMetrics
 from trainer_core.project import Project
 from trainer_core.contract.shards import valid_shards
 from trainer_core.contract.stream import val_batches
@@ -40,8 +41,10 @@ def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torc
     files = valid_shards(project, "val")
     if not files:
         raise TrainerError("The evaluation needs the val shards under the current contract; run precompute first.")
-    if config.kind == "resampler":
-        metrics: Any = ResamplerMetrics(mu)
+    if config.layerwise:
+        metrics: Any = LayerwiseMetrics(mu, sigma, config.taps)
+    elif config.kind == "resampler":
+        metrics = ResamplerMetrics(mu)
     elif config.kind == "seeded_resampler":
         metrics = SeededMetrics()
     else:
@@ -55,7 +58,9 @@ def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torc
         pred_ck = ck_model(batch.h, batch.mask, **extra)
         if config.standardized:
             pred_ck = pred_ck * sigma + mu
-        if config.kind == "resampler":
+        if config.layerwise:
+            metrics.update(pred, batch.target, weight=batch.weight, pad=batch.pad, pred_ck=pred_ck)
+        elif config.kind == "resampler":
             metrics.update(pred, batch.target, pred_ck=pred_ck)
         elif config.token_aligned:
             metrics.update(pred, batch.target, sup=batch.tmask, vision=batch.vision, sup_start=batch.sup_start,

@@ -32,7 +32,7 @@ from trainer_core.contract.dist import close_group, init_group, rank_device
 from trainer_core.contract.dist import current as current_rank
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import Report
-from trainer_core.contract.losses import distill_loss, rel_mse, row_cos, standardize
+from trainer_core.contract.objective import ValScore, batch_loss
 from trainer_core.project import Project, settings_from_dict
 from trainer_core.contract.schedule import lr_at
 from trainer_core.contract.shards import Shard, load_stats, valid_shards
@@ -61,7 +61,7 @@ class Trainer:
             raise TrainerError("The train stage needs the precomputed train and val shards; run precompute first.")
         in_dim = int(Shard(train_files[0]).meta["in_dim"])
         self.config: AdapterConfig = self.pack.adapter_config(project, in_dim)
-        mu, sigma, floored = load_stats(project, t.sigma_floor)
+        mu, sigma, floored = load_stats(project, t.sigma_floor, len(self.config.taps))
         self.mu, self.sigma = mu.to(self.device), sigma.to(self.device)
         torch.manual_seed(t.seed)
         model = build_adapter(self.config)
@@ -93,7 +93,8 @@ class Trainer:
             f"adapter {self.config.kind}: width {self.config.width}, depth {self.config.depth}, "
             f"{count_parameters(self.model) / 1e6:.1f}M parameters, in {in_dim} → out {self.config.out_dim}; "
             f"{len(train_files)} train / {len(self.val_files)} val shards; device {self.device}"
-            f"{' (' + how + ')' if how else ''}; σ floored at {t.sigma_floor} on {floored} of {sigma.numel()} dims"))
+            f"{' (' + how + ')' if how else ''}; σ floored at {t.sigma_floor}"
+            f"{' × the median σ of each tap' if self.config.taps else ''} on {floored} of {sigma.numel()} dims"))
 
     # ------------------------------------------------------------ checkpoints
     def resume(self) -> bool:
@@ -155,7 +156,8 @@ class Trainer:
         if not forced and n % every:
             return
         from trainer_core.contract.gguf_io import gguf_dtype
-        state = {k: (v.half() if gguf_dtype(k, v.ndim) == "f16" and not k.startswith("out_proj") else v.float())
+        heads = ("out_proj", "skip") if self.config.layerwise else ("out_proj",)     # folded at export: f32
+        state = {k: (v.half() if gguf_dtype(k, v.ndim) == "f16" and not k.startswith(heads) else v.float())
                  for k, v in self.model.state_dict().items()}
         path = checkpoints.save_kept_step(self.project, {
             "config": self.config.to_dict(), "model": state, "step": n, "planned_steps": self.planned,
@@ -174,16 +176,8 @@ class Trainer:
             return (self.model if net is None else net)(batch.h, batch.mask, **extra)
 
     def losses(self, batch: Batch, net: torch.nn.Module | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        pred = self.forward(batch, net).float()
-        if self.config.standardized:   # the resampler learns (t − μ)/σ_f over all rows
-            target = standardize(batch.target, self.mu, self.sigma)
-            loss, parts = distill_loss(pred, target, torch.ones_like(self.sigma), None, self.t.cos_weight)
-            raw = pred * self.sigma + self.mu
-            parts["rel_mse"] = rel_mse(raw.detach(), batch.target)
-        else:                           # raw targets, MSE whitened by 1/σ_f, masked to the rows supervised
-            loss, parts = distill_loss(pred, batch.target, self.sigma, batch.tmask, self.t.cos_weight)
-            parts["rel_mse"] = rel_mse(pred.detach(), batch.target, batch.tmask)
-        return loss, parts
+        return batch_loss(self.config, batch, self.forward(batch, net).float(), self.mu, self.sigma,
+                          self.t.cos_weight)
 
     def train_step(self, batch: Batch) -> dict[str, Any]:
         """One optimizer step on a (global) batch; the statistics stay device tensors. A compiled step
@@ -209,12 +203,12 @@ class Trainer:
         mine = self._share(batch) if self.rank.distributed else batch
         chunks = self._chunks(mine) if mine.size else []
         weighted = len(chunks) > 1 or self.rank.distributed
-        total_rows = int(batch.tmask.sum()) if weighted else 1
+        total_rows = float(batch.rows_weight) if weighted else 1
         # the step's statistics stay on the device: reading them (float()) would wait for the
         # GPU every step; train() reads them once per log interval
         stats: dict[str, Any] = {}
         for j, chunk in enumerate(chunks):
-            share = int(chunk.tmask.sum()) / max(total_rows, 1) if weighted else 1.0
+            share = float(chunk.rows_weight) / max(total_rows, 1e-12) if weighted else 1.0
             # DDP averages the ranks' gradients (÷ world) once per step, at the last micro-batch
             sync = contextlib.nullcontext() if j == len(chunks) - 1 or self.net is self.model else self.net.no_sync()
             with sync:
@@ -259,33 +253,12 @@ class Trainer:
     def validate(self) -> dict[str, float]:
         """Means of per-batch val_cos and val_rel_mse over every val shard (one batch in memory)."""
         self.model.eval()
-        cos, rel, n = 0.0, 0.0, 0
         by_sample = getattr(self.pack, "supervise", "all") == "consumed_text"   # no supervised vision rows
-        split = ({"edit": [0.0, 0], "t2i": [0.0, 0]} if by_sample        # rows of image / text-only samples
-                 else {"vis": [0.0, 0], "txt": [0.0, 0]})                 # vision rows / the other rows
+        score = ValScore(self.config, self.mu, self.sigma, by_sample)
         for batch in val_batches(self.val_files, self.t.batch_size, **self.loading):
             batch = batch.to(self.device)
-            pred = self.forward(batch).float()
-            if self.config.standardized:
-                target = standardize(batch.target, self.mu, self.sigma)
-                cos += float(row_cos(pred, target).mean())
-                rel += float(rel_mse(pred * self.sigma + self.mu, batch.target))
-            else:
-                rows = row_cos(pred, batch.target)
-                cos += float(rows[batch.tmask].mean())
-                rel += float(rel_mse(pred, batch.target, batch.tmask))
-                if batch.vision is not None:
-                    edit = batch.vision.any(-1, keepdim=True)
-                    parts = ((("edit", batch.tmask & edit), ("t2i", batch.tmask & ~edit)) if by_sample else
-                             (("vis", batch.tmask & batch.vision), ("txt", batch.tmask & ~batch.vision)))
-                    for name, where in parts:
-                        split[name][0] += float(rows[where].sum())
-                        split[name][1] += int(where.sum())
-            n += 1
-        self.val = {"val_cos": cos / n, "val_rel_mse": rel / n}
-        for name, (total, count) in split.items():
-            if count:                              # a split without rows is left out, not written as 0
-                self.val[f"val_cos_{name}"] = total / count
+            score.add(batch, self.forward(batch).float())
+        self.val = score.result()
         self.val_step = self.step
         improved = self.val["val_cos"] > self.best_val_cos
         if improved:

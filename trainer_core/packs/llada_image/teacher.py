@@ -471,6 +471,8 @@ class MockLLaDATeacher:
     def forward_prompts(self, prompts: Sequence[str]) -> torch.Tensor:
         if not prompts:
             return torch.zeros(0, self.num_queries, self.out_dim, dtype=torch.bfloat16)
-        feats = torch.stack([self.features(p) for p in prompts])                      # [B, 64]
-        rows = (feats @ self.basis).view(len(prompts), self.num_queries, self.out_dim) + self.offset
+        # one product per prompt: a batched GEMM may pick another kernel per batch size, and a
+        # prompt's rows must not depend on what it is batched with (resumed shards are byte-identical)
+        rows = torch.cat([self.features(p)[None] @ self.basis for p in prompts])      # [B, Q·out]
+        rows = rows.view(len(prompts), self.num_queries, self.out_dim) + self.offset
         return rows.to(torch.bfloat16)

@@ -100,6 +100,10 @@ class PixArtPack(TrainerPack):
         return AdapterConfig("seeded_resampler", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
                              depth=t.depth, num_queries=dims["num_queries"], seed_vocab=dims["seed_vocab"])
 
+    def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
+        """adapter.t5_vocab is the trained seed table's size, not the reference one."""
+        return {**self.export_kvs, "adapter.t5_vocab": config.seed_vocab}
+
     def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
         """A tiny real T5 encoder, its sentencepiece model trained on the demo prompts."""
         from trainer_core.packs.t5xxl_pixart.tiny import write_tiny_t5

@@ -1,0 +1,107 @@
+"""Disk space and folder errors, as one sentence each.
+
+`ensure_space(path, needs)` refuses a write of known size that cannot fit (a shard, a
+checkpoint, a GGUF) before a byte is written; `disk_error(e, path)` turns the OSError a writer
+got (no space, quota, read-only file system, permission denied, a file where a folder should be)
+into a TrainerError that names the file, the disk and what to do, or returns None for any other
+error (a bug, which keeps its traceback).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+from trainer_core.base.errors import DiskFullError, FolderError, TrainerError
+
+__all__ = ["MARGIN", "free_bytes", "mount_of", "ensure_space", "ensure_writable", "disk_error", "human"]
+
+MARGIN = 1 << 20           # kept free beyond a write's own size (the sidecars, logs and state after it)
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_DENIED = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def human(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def _existing(path: Path) -> Path:
+    """The nearest folder of `path` that exists."""
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path if path.is_dir() else path.parent
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """Free bytes on the disk that holds `path` (or would hold it), None if unknown."""
+    try:
+        return shutil.disk_usage(_existing(Path(path))).free
+    except OSError:
+        return None
+
+
+def mount_of(path: str | os.PathLike) -> str:
+    """`<device> (mounted at <dir>)` for the disk that holds `path`."""
+    where = _existing(Path(path))
+    while not os.path.ismount(where) and where != where.parent:
+        where = where.parent
+    device = ""
+    try:
+        import psutil
+        device = next((p.device for p in psutil.disk_partitions(all=True) if p.mountpoint == str(where)), "")
+    except Exception:  # noqa: BLE001 — psutil is optional here
+        pass
+    return f"{device} (mounted at {where})" if device else f"the disk mounted at {where}"
+
+
+def ensure_space(path: str | os.PathLike, needs: int, what: str = "") -> None:
+    """Raise DiskFullError when `needs` bytes (+ MARGIN) do not fit beside `path`."""
+    free = free_bytes(path)
+    if free is not None and needs + MARGIN > free:
+        raise DiskFullError(_full_sentence(Path(path), needs, free, what))
+
+
+def ensure_writable(folder: str | os.PathLike) -> None:
+    """Create `folder` if needed and make sure a file can be written in it (FolderError / DiskFullError)."""
+    import tempfile
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise (disk_error(e, folder) or e) from None
+
+
+def _full_sentence(path: Path, needs: int | None, free: int | None, what: str = "") -> str:
+    sizes = ", ".join(x for x in (f"needs ~{human(needs)}" if needs else "",
+                                  f"free {human(free)}" if free is not None else "") if x)
+    return (f"No space left on {mount_of(path)} while writing {what or path.name} ({path})"
+            + (f" ({sizes})" if sizes else "")
+            + "; free some space there (or point the project's output elsewhere) and start again: "
+              "the run continues where it stopped.")
+
+
+def disk_error(e: OSError, path: str | os.PathLike | None = None, needs: int | None = None,
+               what: str = "") -> TrainerError | None:
+    """The one-sentence error for an OSError of the disk or the folder, or None for other errors."""
+    target = Path(path or e.filename or ".")
+    if e.errno in _FULL:
+        return DiskFullError(_full_sentence(target, needs, free_bytes(target), what))
+    if e.errno == errno.EROFS:
+        return FolderError(f"{mount_of(target)} is read-only, so {target} cannot be written; make it writable "
+                           "or copy the project to a writable folder.")
+    if e.errno in _DENIED:
+        return FolderError(f"{target} cannot be written ({e.strerror}); check the permissions of "
+                           f"{target.parent}, or copy the project to a folder you can write.")
+    if e.errno == errno.ENOTDIR:
+        blocker = next((p for p in (target, *target.parents) if p.exists() and not p.is_dir()), None)
+        return FolderError(f"{blocker or target} is a file, not a folder, so {target} cannot be created there; "
+                           "pick another place.")
+    return None

@@ -1,0 +1,135 @@
+"""The FLUX.3 Klein teacher: Qwen3-VL-4B-Instruct's text stack, 8 intermediate layers stacked.
+
+`KleinTeacher` loads the snapshot with transformers (Qwen3VLModel), keeps the text stack only and
+drops the decoder layers past the deepest tap (their outputs are never read). A batch is the
+samples' template ids right-padded with <|endoftext|> to the longest + 1; real rows at positions
+0 … n−1 and pads at 1 on every M-RoPE axis, pads masked as keys, causal. Forward hooks on
+`layers[k−1]` collect hidden_states[k] for each tap k (the same tensors as output_hidden_states);
+per sample the stacked rows of its n real tokens and of its first pad row come back: every pad row
+of a sample is that same state (template.py).
+
+Placement as the other Qwen3-VL teachers (`precompute.teacher_mode`): the text stack on the card
+(`gpu`), streamed from RAM layer by layer (`offload`, accelerate's cpu_offload), or on the CPU when
+there is no CUDA. `MockKleinTeacher` gives deterministic rows of the same shapes with no file.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from trainer_core.base.errors import ModelFileError
+from trainer_core.packs.qwen3vl.teacher import resolve_mode, text_weights_gib
+from trainer_core.packs.qwen3vl_flux3.template import PAD_ID, padded_batch, taps_for
+from trainer_core.packs.rope_guard import RopeError, table_problem
+
+__all__ = ["KleinTeacher", "MockKleinTeacher"]
+
+
+class KleinTeacher:
+    """The real teacher from a Qwen3-VL snapshot folder (see the module docstring)."""
+
+    def __init__(self, root: str | os.PathLike, device: str | torch.device = "cpu", mode: str = "auto",
+                 gpu_mem_gib: float = 0.0, dtype: torch.dtype | None = None,
+                 log: Callable[[str], None] | None = None):
+        from tokenizers import Tokenizer
+        from transformers import AutoConfig, AutoModel
+
+        self.root, self.device = Path(root), torch.device(device)
+        self.notes: list[str] = []
+        note = log or self.notes.append
+        try:
+            text = AutoConfig.from_pretrained(self.root).text_config
+            self.layer_dim, n_layers = int(text.hidden_size), int(text.num_hidden_layers)
+        except (OSError, ValueError, AttributeError) as e:
+            raise ModelFileError(f"The Qwen3-VL config in {self.root} cannot be read ({e}); download the teacher "
+                                 "again.") from None
+        self.taps = taps_for(n_layers)
+        self.out_dim = self.layer_dim * len(self.taps)
+        self.mode = resolve_mode(mode, self.device, gpu_mem_gib, text_weights_gib(self.root))
+        self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        try:
+            self.tokenizer = Tokenizer.from_file(str(self.root / "tokenizer.json"))
+        except Exception as e:  # noqa: BLE001 — the tokenizers library raises plain Exception subclasses
+            raise ModelFileError(f"The teacher tokenizer {self.root / 'tokenizer.json'} cannot be loaded ({e}); "
+                                 "download Qwen/Qwen3-VL-4B-Instruct again.") from None
+        try:
+            model = AutoModel.from_pretrained(self.root, dtype=self.dtype)
+        except (OSError, ValueError, KeyError) as e:
+            raise ModelFileError(f"The Qwen3-VL teacher in {self.root} cannot be loaded ({type(e).__name__}: {e}); "
+                                 "download Qwen/Qwen3-VL-4B-Instruct again.") from None
+        lm = getattr(model, "language_model", None)
+        if lm is None or not hasattr(lm, "layers"):
+            raise ModelFileError(f"{self.root} does not load as a Qwen3-VL model (no text stack); download "
+                                 "Qwen/Qwen3-VL-4B-Instruct again.")
+        del model                                  # the vision tower is never used
+        lm.layers = lm.layers[:max(self.taps)]      # nor the layers past the deepest tap
+        lm.eval().requires_grad_(False)
+        bad = [(name, problem) for name, mod in lm.named_modules()
+               if isinstance(getattr(mod, "inv_freq", None), torch.Tensor) and (problem := table_problem(mod.inv_freq))]
+        if bad:
+            raise RopeError(f"The teacher's rotary tables are broken ({'; '.join(f'{n}: {p}' for n, p in bad)}); "
+                            "precompute refuses to run. Update transformers.")
+        table = lm.get_input_embeddings().weight
+        if self.mode == "offload":
+            from accelerate import cpu_offload
+            self.embed = table.detach().to(self.device, copy=True)
+            cpu_offload(lm, execution_device=self.device)
+        else:
+            lm.to(self.device if self.mode == "gpu" else "cpu")
+            self.embed = table.detach()
+            if self.mode == "cpu":
+                torch.set_num_threads(os.cpu_count() or 1)
+        self.model = lm
+        note(f"FLUX.3 Klein teacher: {n_layers} layers of {self.layer_dim}, taps {', '.join(map(str, self.taps))} "
+             f"({self.out_dim} per row), {self.mode} on {self.device}")
+
+    @property
+    def exec_device(self) -> torch.device:
+        return self.device if self.mode != "cpu" else torch.device("cpu")
+
+    def hidden(self, token_lists: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Per sample, [n_real + 1, out_dim] float32 on the CPU: the stacked taps of its real rows and of
+        its pad row; one padded batch."""
+        ids, mask, positions = padded_batch(token_lists)
+        dev = self.exec_device
+        captured: dict[int, torch.Tensor] = {}
+
+        def hook(k: int):
+            def keep(module, args, out):
+                captured[k] = out[0] if isinstance(out, tuple) else out
+            return keep
+        handles = [self.model.layers[k - 1].register_forward_hook(hook(k)) for k in self.taps]
+        try:
+            with torch.inference_mode():
+                x = self.embed.to(dev)[ids.to(dev)].to(self.dtype)                              # [B, L, H]
+                pos = positions.to(dev)[None].expand(3, -1, -1)                                 # [3, B, L]
+                self.model(inputs_embeds=x, attention_mask=mask.long().to(dev), position_ids=pos, use_cache=False)
+                stack = torch.cat([captured[k] for k in self.taps], dim=-1)                     # [B, L, taps·H]
+        finally:
+            for handle in handles:
+                handle.remove()
+        return [stack[b, :len(t) + 1].to("cpu", torch.float32) for b, t in enumerate(token_lists)]
+
+
+class MockKleinTeacher:
+    """Deterministic rows of the teacher's shapes (§D.3 3): one-hot(id mod 64) times a fixed basis, with
+    position/100 added to column 1 of the real rows only, so the pad rows of a sample are identical."""
+
+    mode = "mock"
+    tokenizer = None
+
+    def __init__(self, out_dim: int, taps: Sequence[int]):
+        self.out_dim, self.taps = int(out_dim), tuple(taps)
+        self.basis = torch.randn(64, self.out_dim, generator=torch.Generator().manual_seed(1234)) / 4
+
+    def hidden(self, token_lists: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        out = []
+        for tokens in token_lists:
+            ids = torch.tensor([*tokens, PAD_ID]) % 64
+            x = torch.nn.functional.one_hot(ids, 64).float()
+            x[:len(tokens), 1] += torch.arange(len(tokens)) / 100
+            out.append((x @ self.basis).to(torch.bfloat16).float())
+        return out
