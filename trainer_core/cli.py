@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from trainer_core import __version__
 from trainer_core.base.errors import TrainerError, UsageError
-from trainer_core.cli_tools import cmd_download, cmd_infer, cmd_inspect, cmd_snapshot
+from trainer_core.cli_tools import cmd_download, cmd_infer, cmd_inspect, cmd_plan, cmd_snapshot
 from trainer_core.contract import checkpoints
 from trainer_core.packs import DEMO_PACKS, PACKS
 from trainer_core.pipeline import check_only, run_pipeline
@@ -47,7 +47,7 @@ DEFAULT_PORT = 8655          # the GUI's, on 127.0.0.1
 DEMO_FOLDER = "demo"         # the demo projects' folder in the projects root (the CLI's and the GUI's)
 
 SUBCOMMANDS = ("serve", "download", "new", "run", "start", "stop", "kill", "status", "set", "packs", "inspect", "infer",
-               "demo", "snapshot", "reset")
+               "demo", "snapshot", "reset", "plan")
 PROJECT_HELP = "the project folder (made by `new` or `demo`)"
 TOP_EPILOG = """\
 Without a command, gguf-trainer opens the GUI (`serve`):
@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="show the run and its stages")
     _project(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
+
+    plan = sub.add_parser("plan", help="time, disk and memory of a run before it starts")
+    _project(plan)
+    plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.add_argument("--calibrate", action="store_true", help="measure this machine first (runs every stage on "
+                                                              "a small scratch copy of the project)")
 
     set_ = sub.add_parser("set", help="change settings (also while running)")
     _project(set_)
@@ -364,6 +370,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         shown = f"  eval {key} {ev[key]:.5f}" if key else ""
         print(f"  snapshot step {entry['step']}/{entry['planned_steps']}  {entry['checkpoint']}  "
               f"val cos {entry['val_cos']}{shown}  {entry['path']}")
+    if any(row["actual_seconds"] is not None for row in report["plan"]):
+        print("  planned vs actual: " + ", ".join(
+            f"{row['stage']} {row['planned_seconds']:.0f}/{row['actual_seconds']:.0f} s" for row in report["plan"]
+            if row["actual_seconds"] is not None and row["planned_seconds"] is not None))
     job = report["snapshot_job"]
     if job.get("status") in ("running", "failed"):
         what = job.get("phase") if job["status"] == "running" else job.get("error")
@@ -436,10 +446,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from trainer_core.demo.build import build_demo
     from trainer_core.packs import get_pack
+    from trainer_core.term_progress import TerminalBars
     # under the projects root, not the current folder (a clone, say): the GUI's demo goes there too
     default = default_projects_root() / DEMO_FOLDER / get_pack(args.pack).default_folder
     root = Path(args.project) if args.project else default
-    project = build_demo(root, args.pack)
+    bars = TerminalBars(sys.stdout)
+    project = build_demo(root, args.pack, lambda done, total, what: bars.update("demo", done, total, "steps",
+                                                                               desc=f"demo: {what}"))
+    bars.close_all()
     print(f"demo project ready: {project.root}\n"
           f"run it:  gguf-trainer run --project {project.root}")
     return 0
@@ -464,7 +478,7 @@ def cmd_packs(args: argparse.Namespace) -> int:
 COMMANDS = {"serve": cmd_serve, "new": cmd_new, "run": cmd_run, "start": cmd_start, "stop": cmd_stop,
             "kill": cmd_kill, "status": cmd_status, "set": cmd_set, "packs": cmd_packs,
             "inspect": cmd_inspect, "infer": cmd_infer, "demo": cmd_demo, "snapshot": cmd_snapshot,
-            "reset": cmd_reset, "download": cmd_download}
+            "reset": cmd_reset, "download": cmd_download, "plan": cmd_plan}
 
 
 if __name__ == "__main__":

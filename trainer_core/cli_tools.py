@@ -9,6 +9,7 @@ from typing import Any
 
 from trainer_core.base.errors import TrainerError, UsageError
 from trainer_core.project import Project
+from trainer_core.term_progress import TerminalBars
 
 __all__ = ["cmd_download", "cmd_snapshot", "cmd_inspect", "cmd_infer"]
 
@@ -55,28 +56,29 @@ def cmd_download(args: argparse.Namespace) -> int:
             if not held:
                 print(f"{m.id}: a detached download is already fetching it")
                 continue
+            bars = TerminalBars(sys.stderr)
             try:
                 print(f"{m.id}: downloading {m.repo} ({m.size_hint or 'size from the Hub'})", flush=True)
-                download(project, m, _progress_line(m.id))
-                print(f"\r{m.id}: ready" + " " * 40)
+                download(project, m, _progress_line(m.id, bars))
+                bars.close(m.id)
+                print(f"{m.id}: ready")
             except DownloadError as e:
-                print(f"\n{m.id}: {e}", file=sys.stderr)
+                bars.close(m.id)
+                print(f"{m.id}: {e}", file=sys.stderr)
                 failed += 1
             except KeyboardInterrupt:
-                print(f"\n{m.id}: interrupted; run the same command again to continue where it stopped",
+                bars.close(m.id)
+                print(f"{m.id}: interrupted; run the same command again to continue where it stopped",
                       file=sys.stderr)
                 return 130
     return 1 if failed else 0
 
 
-def _progress_line(material_id: str):
+def _progress_line(material_id: str, bars: "TerminalBars"):
+    """A download's progress events as a bar on a terminal (bytes, rate, ETA), tenths otherwise."""
     def show(event: dict[str, Any]) -> None:
         if event.get("type") == "progress" and event.get("total"):
-            pct = 100 * event["count"] / event["total"]
-            rate = event.get("rate") or 0
-            eta = f", ETA {event['eta_s']:.0f} s" if event.get("eta_s") is not None else ""
-            print(f"\r{material_id}: {pct:5.1f}% of {event['total'] / 2**20:.1f} MiB, {rate / 2**20:.1f} MiB/s{eta}   ",
-                  end="", file=sys.stderr, flush=True)
+            bars.update(material_id, event["count"], event["total"], "B", desc=material_id)
     return show
 
 
@@ -167,4 +169,33 @@ def cmd_infer(args: argparse.Namespace) -> int:
         print(f"against {args.compare} ({cmp.rows} rows from row {cmp.first_row}): cos {cmp.cos:.6f}  "
               f"centred cos {cmp.cos_centered:.6f}  rel_mse {cmp.rel_mse:.6g}")
         print(result["verdict"])
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """The pre-flight plan (trainer_core/plan.py): per stage seconds, disk, peak RAM, and warnings."""
+    from trainer_core.base.diskspace import human
+    from trainer_core.plan import calibrate, make_plan
+    project = Project.open(args.project)
+    if args.calibrate:
+        calibrate(project, say=lambda m: print(m, file=sys.stderr, flush=True))
+    plan = make_plan(project)
+    if args.json:
+        print(json.dumps(plan, indent=2))
+        return 0
+
+    def fmt_s(v: float | None) -> str:
+        return "?" if v is None else f"{v / 3600:.1f} h" if v >= 3600 else f"{v / 60:.1f} min" if v >= 120 \
+            else f"{v:.0f} s"
+    how = "calibrated" if plan["calibrated"] else "not calibrated: gguf-trainer plan --calibrate measures this machine"
+    print(f"plan for {project.root} ({how})")
+    for name, st in plan["stages"].items():
+        ram = human(st["peak_ram_bytes"]) if st["peak_ram_bytes"] else "?"
+        print(f"  {name:<17} {fmt_s(st['seconds']):>9}  disk {human(st['disk_bytes']):>9}  peak RAM {ram:>9}")
+    print(f"  {'total':<17} {fmt_s(plan['total_seconds']):>9}  disk {human(plan['total_disk_bytes']):>9}  "
+          f"peak RAM {human(plan['peak_ram_bytes']) if plan['peak_ram_bytes'] else '?':>9}")
+    print(f"  placement: {plan['placement']}")
+    print(f"  source: {next(iter(plan['stages'].values()))['source']}")
+    for w in plan["warnings"]:
+        print(f"  WARNING: {w}")
     return 0

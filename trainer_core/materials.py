@@ -5,19 +5,17 @@ Status: `ready` / `partial` / `downloading` / `missing`, with bytes and file cou
 the Hub's file listing (every file the allow-patterns select must be on disk with the listed size); offline, from
 the disk alone (every pattern matches a file and no partial download is left).
 
-Downloads keep one partial file per Hub file (`<dest>/.partial/<path>`) and continue it with an
-HTTP Range request, then check size and sha256 (LFS) or the git blob id (small files) before
-moving it into place, so a kill, a crash or a reboot never costs the bytes already fetched
-(huggingface_hub restarts an interrupted file from byte 0). A read that sees no byte for
-`GGUF_TRAINER_STALL_S` seconds (default 60) is abandoned and resumed where it stopped: the stall
-watchdog. The Hub address is `HF_ENDPOINT` read at call time; the token is the project's own
+Downloads keep one partial file per Hub file (`<dest>/.partial/<path>`) and continue it with an HTTP Range
+request, then check size and sha256 (LFS) or the git blob id (small files) before moving it into place, so a
+kill, a crash or a reboot never costs the bytes already fetched (huggingface_hub restarts an interrupted file
+from byte 0). A read that sees no byte for `GGUF_TRAINER_STALL_S` seconds (default 60) is abandoned and resumed
+where it stopped. The Hub address is `HF_ENDPOINT` read at call time; the token is the project's own
 (`.hf_token`) or the Hugging Face token store's (base/token_store.py) and is never logged.
 
-Jobs: `python -m trainer_core.materials --project DIR --id ID` runs detached (jobs.py: its pid,
-status and log are `materials/.downloads/<id>.pid|.status|.log`), holding
-`materials/.downloads/<id>.lock` for its whole life: a second job for the same material finds the
-lock held and exits at once, so two requests never make two downloads. Whether a download runs is
-decided by that lock, and a job that died is not a failure: its partial files are resumed.
+Jobs: `python -m trainer_core.materials --project DIR --id ID` runs detached (jobs.py: its pid, status and log
+are `materials/.downloads/<id>.pid|.status|.log`), holding `materials/.downloads/<id>.lock` for its whole life:
+a second job for the same material finds the lock held and exits at once, so two requests never make two
+downloads. Whether a download runs is decided by that lock; a job that died is not a failure: it resumes.
 
 A demo project (`materials/.demo.json`, by demo/build.py) never reaches the Hub: its tiny local models
 are `ready` where they lie, one it runs without (a mocked teacher) `not needed`; no discovery, no download.
@@ -48,13 +46,11 @@ if TYPE_CHECKING:
     from trainer_core.packs.base import Material
 
 __all__ = ["HubFile", "MaterialStatus", "list_files", "material_status", "all_statuses", "discover", "adopt_existing",
-           "download", "start_job", "job_running", "job_files", "run_job", "material_lock", "wanted", "DownloadError",
-           "MATERIALS_ENV", "PARTIAL_DIR", "DEMO_MARKER", "DEMO_OFFLINE", "mark_demo", "is_demo"]
+           "download", "start_job", "job_running", "job_files", "run_job", "material_lock", "wanted",
+           "DownloadError", "MATERIALS_ENV", "PARTIAL_DIR", "DEMO_MARKER", "DEMO_OFFLINE", "mark_demo", "is_demo"]
 
-MATERIALS_ENV = "GGUF_TRAINER_MATERIALS"
-STALL_ENV = "GGUF_TRAINER_STALL_S"
-PARTIAL_DIR = ".partial"
-CHUNK = 1 << 20
+MATERIALS_ENV, STALL_ENV = "GGUF_TRAINER_MATERIALS", "GGUF_TRAINER_STALL_S"
+PARTIAL_DIR, CHUNK = ".partial", 1 << 20
 DEMO_MARKER = ".demo.json"         # in materials/ (a dot-file: never taken for a material's file)
 DEMO_OFFLINE = "This is the offline demo: it runs on the tiny local models it was built with; nothing is downloaded."
 
@@ -166,9 +162,13 @@ def _local_files(dest: Path, patterns: tuple[str, ...]) -> dict[str, int]:
     hold several materials: LLaDA's teacher and SigVQ share one)."""
     if not dest.is_dir():
         return {}
-    return {rel: p.stat().st_size for p in dest.rglob("*")
-            if p.is_file() and PARTIAL_DIR not in p.parts and not p.name.startswith(".")
-            and _selected(rel := str(p.relative_to(dest)), patterns)}
+    found = {}
+    for root, _, names in os.walk(dest):     # unlike rglob, a folder that vanishes mid-walk is skipped
+        for p in (Path(root) / n for n in names if not n.startswith(".")):
+            with contextlib.suppress(OSError):                 # gone since, or a dangling link
+                if PARTIAL_DIR not in p.parts and _selected(rel := str(p.relative_to(dest)), patterns):
+                    found[rel] = p.stat().st_size
+    return found
 
 
 def _offline_complete(dest: Path, patterns: tuple[str, ...], files: dict[str, int] | None = None) -> bool:

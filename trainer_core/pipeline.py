@@ -31,6 +31,7 @@ from trainer_core.runner import LOCK_FD_ENV, acquire_run_lock, child_env, read_p
 from trainer_core.stages import STAGE_NAMES, STAGES, StageSpec, stage_done
 from trainer_core.contract.dist import launcher_argv
 from trainer_core.stages.base import EXIT_DONE, EXIT_STOPPED, PARENT_PID_ENV, RUN_ID_ENV
+from trainer_core.term_progress import TerminalBars
 
 __all__ = ["Driver", "run_pipeline", "main", "check_only"]
 
@@ -58,6 +59,7 @@ class Driver:
         self.log_fd = os.open(project.pipeline_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.state: dict[str, Any] = {}
         self._state_written = 0.0
+        self.bars = TerminalBars(sys.stdout) if echo else None     # `gguf-trainer run`: bars on a terminal
 
     # ------------------------------------------------------------ output
     def log(self, message: str, stage: str | None = None) -> None:
@@ -68,9 +70,8 @@ class Driver:
             os.write(self.log_fd, line.encode("utf-8"))
         except OSError:               # a full disk: the line still reaches stderr (and the GUI, through state)
             self._to_stderr(line)
-        if self.echo:
-            sys.stdout.write(line)
-            sys.stdout.flush()
+        if self.bars is not None:
+            self.bars.write(line)
 
     def emit(self, type: str, stage: str | None = None, at: float | None = None, **payload: Any) -> None:
         event = make_event(type, payload, stage=stage, run=self.run_id, at=at)
@@ -109,12 +110,16 @@ class Driver:
         entry = self.state["stages"].setdefault(stage, {}) if stage else None
         important = False
         if kind == "status" and entry is not None:
+            if self.bars is not None and p.get("status") != "running":
+                self.bars.close(stage)
             entry.update({k: v for k, v in p.items() if k != "pid"})
             entry["updated"] = event["time"]
             important = True
         elif kind in ("progress", "metric") and entry is not None:
             entry.update(p)
             entry["updated"] = event["time"]
+            if kind == "progress" and self.bars is not None and p.get("total"):
+                self.bars.update(stage, p.get("count") or 0, p["total"], p.get("unit", ""), desc=stage)
         elif kind == "error":
             if entry is not None:
                 entry["error"] = p.get("message")
@@ -164,6 +169,7 @@ class Driver:
         self.log(f"pipeline {self.run_id} started{what}{' --force' if self.force else ''}, pid {os.getpid()}")
         self.emit("status", status="running", pid=os.getpid(), only=self.only, force=self.force)
         self.save_state()
+        self._keep_plan()
         outcome, error = "done", None
         try:
             for spec in STAGES:
@@ -187,6 +193,18 @@ class Driver:
             if entry is not None and entry.get("status") in (None, "running"):
                 entry.update(status="failed", error=error, finished=time.time())
         return self._finish(outcome, error)
+
+    def _keep_plan(self) -> None:
+        """The calibrated plan this run starts under, for planned vs actual (plan.py); none when the
+        settings changed since the calibration (its figures would not be this run's)."""
+        try:
+            from trainer_core.plan import CALIBRATION_FILE, make_plan, save_planned, settings_key
+            from trainer_core.base.atomic import read_json
+            cal = read_json(self.project.root / CALIBRATION_FILE, None)
+            if isinstance(cal, dict) and cal.get("key") == settings_key(self.project):
+                save_planned(self.project, make_plan(self.project))
+        except (TrainerError, OSError, ValueError, KeyError) as e:
+            self.log(f"the plan was not kept ({e})")
 
     def _skip_if_done(self, spec: StageSpec) -> bool:
         settings = self.project.reload()
@@ -272,6 +290,8 @@ class Driver:
             self.project.pipeline_pid.unlink(missing_ok=True)
         self.events.close()
         os.close(self.log_fd)
+        if self.bars is not None:
+            self.bars.close_all()
         return 1 if outcome == "failed" else 0
 
 

@@ -94,7 +94,7 @@ def _adopt_token(root: Path, legacy: str) -> str:
     if legacy:
         try:
             token_store.write_token(root, legacy)
-        except OSError:
+        except (OSError, TrainerError):       # read-only or full: used from project.json as it is
             return legacy
     return token_store.read_token(root)
 

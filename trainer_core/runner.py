@@ -184,7 +184,7 @@ def kill_pipeline(project: Project, timeout: float = 10.0) -> bool:
             pass
     gone = wait_gone(procs, timeout)
     if gone:
-        _mark_not_running(project, "stopped", error="killed")
+        _mark_not_running(project, "stopped", error="killed", wait=5.0)
     return gone
 
 
@@ -218,11 +218,15 @@ def _processes(pids: Iterable[int]) -> list[psutil.Process]:
     return out
 
 
-def _mark_not_running(project: Project, status: str, error: str | None = None) -> None:
-    """Record that an interrupted run was stopped, unless a run holds the lock meanwhile."""
+def _mark_not_running(project: Project, status: str, error: str | None = None, wait: float = 0.0) -> None:
+    """Record that an interrupted run was stopped, unless a run holds the lock meanwhile (for up to
+    `wait` seconds: a killed process may still be closing its files when its kill is reported)."""
     lock = FileLock(project.run_lock)
-    if not lock.acquire():
-        return
+    deadline = time.monotonic() + wait
+    while not lock.acquire():
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.02)           # a lock has no event to wait on
     try:
         _mark_state(project, status, error)
     finally:

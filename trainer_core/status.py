@@ -17,7 +17,9 @@ from trainer_core.runner import runtime_status
 from trainer_core.snapshot import job_status, read_manifest
 from trainer_core.stages import STAGES, stage_done
 
-__all__ = ["status_report", "STAGE_DETAILS", "output_files", "shard_disk_estimate"]
+__all__ = ["status_report", "STAGE_DETAILS", "output_files", "shard_disk_estimate", "planned_vs_actual", "PLAN_FILE"]
+
+PLAN_FILE = "plan.json"        # the calibrated plan the last run started under (plan.py writes it)
 
 STAGE_DETAILS = ("detail", "count", "total", "unit", "step", "planned_steps", "val_cos", "best_val_cos", "error",
                  "eta_s", "rate")
@@ -92,4 +94,23 @@ def status_report(project: Project) -> dict[str, Any]:
             "snapshots": read_manifest(project), "snapshot_job": job_status(project),
             "outputs": output_files(project), "kept_steps": checkpoints.kept_steps(project),
             "eval": read_json(project.eval_json, None), "metric_names": list(project.pack.metric_names),
+            "plan": planned_vs_actual(project),
             "materials": [m.to_dict() for m in all_statuses(project, online=False)]}
+
+
+def planned_vs_actual(project: Project) -> list[dict[str, Any]]:
+    """Per stage: the planned seconds, disk and peak RAM of plan.json beside the seconds the last run
+    took (state.json); [] when no run started under a calibrated plan."""
+    plan = read_json(project.root / PLAN_FILE, None)
+    if not isinstance(plan, dict):
+        return []
+    state = project.read_state().get("stages", {})
+    rows = []
+    for spec in STAGES:
+        planned, entry = plan.get("stages", {}).get(spec.name, {}), state.get(spec.name, {})
+        started, finished = entry.get("started"), entry.get("finished")
+        rows.append({"stage": spec.name, "planned_seconds": planned.get("seconds"),
+                     "actual_seconds": round(finished - started, 1) if started and finished else None,
+                     "planned_disk_bytes": planned.get("disk_bytes"),
+                     "planned_peak_ram_bytes": planned.get("peak_ram_bytes"), "status": entry.get("status")})
+    return rows

@@ -5,7 +5,8 @@ other `--host` needs `--auth user:pass` (or `--auth generate`: a random password
 without it the app refuses to start. With a login, nothing but the login page is served before it
 and failed logins back off per client (ui/login_guard.py). Always `ssr_mode=False` (the SSR auth
 bypass of Gradio 6.27–6.31) and no run history. Closing the tab or the app never stops a run:
-runs are detached processes the Supervisor only watches.
+runs are detached processes the Supervisor only watches. Only a local app (loopback, no login)
+lets its user change the projects root from the Setup tab (ui/projects_root.py).
 """
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ from ui import hardware_tab, logs_tab, output_tab, setup_tab, train_tab
 from ui.context import Ctx
 from ui.login_guard import LoginGuard, LoginThrottle
 from ui.paths import PathPolicy
+from ui.projects_root import remembered_root
 
-__all__ = ["build_app", "make_context", "launch_policy", "LaunchRefused", "main", "serve", "ServeOptions"]
+__all__ = ["build_app", "make_context", "launch_policy", "is_local", "LaunchRefused", "main", "serve", "ServeOptions"]
 
 MATERIALS_ENV, ALLOWED_ENV = "GGUF_TRAINER_MATERIALS", "GGUF_TRAINER_ALLOWED_DIRS"
 
@@ -54,19 +56,19 @@ class ServeOptions:
 
 
 def make_context(projects_root: str | os.PathLike | None = None, demo_root: str | os.PathLike | None = None,
-                 allow: list[str] | None = None, tick_s: float = 1.5) -> Ctx:
+                 allow: list[str] | None = None, tick_s: float = 1.5, local: bool = False) -> Ctx:
     projects = Path(projects_root).expanduser() if projects_root else default_projects_root()
     # the demo goes in the projects root (an allowed root; user_dir() is blocked from serving), never
     # in the current folder, which may be the clone
     demo = Path(demo_root).expanduser() if demo_root else projects / DEMO_FOLDER
-    roots: list[str | os.PathLike] = [projects, demo]
-    if os.environ.get(MATERIALS_ENV):
-        roots.append(os.environ[MATERIALS_ENV])
-    roots += [p for p in os.environ.get(ALLOWED_ENV, "").split(os.pathsep) if p]
-    roots += list(allow or [])
-    paths = PathPolicy(roots)
+    fixed: list[str | os.PathLike] = [os.environ[MATERIALS_ENV]] if os.environ.get(MATERIALS_ENV) else []
+    fixed += [p for p in os.environ.get(ALLOWED_ENV, "").split(os.pathsep) if p]
+    fixed += list(allow or [])
+    paths = PathPolicy([projects, demo])
+    fixed_roots = tuple(paths.allow(p) for p in fixed)
     return Ctx(supervisor=Supervisor().start(), paths=paths, projects_root=paths.check(projects, "projects root"),
-               demo_root=paths.check(demo, "demo folder"), tick_s=tick_s)
+               demo_root=paths.check(demo, "demo folder"), tick_s=tick_s, fixed_roots=fixed_roots,
+               demo_in_root=demo_root is None, local=local)
 
 
 def build_app(ctx: Ctx) -> gr.Blocks:
@@ -102,6 +104,11 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def is_local(host: str, share: bool, auth: str | None) -> bool:
+    """Served on this computer only, without a login: its user is the machine's owner."""
+    return auth is None and not share and _loopback(host)
+
+
 def launch_policy(host: str, share: bool, auth: str | None) -> tuple[tuple[str, str] | None, str | None]:
     """(credentials, password to print once) for the launch, or LaunchRefused."""
     exposed = share or not _loopback(host)
@@ -125,6 +132,7 @@ def serve(ctx: Ctx, host: str = "127.0.0.1", port: int = DEFAULT_PORT, share: bo
           open_browser: bool = True, block: bool = True, throttle: LoginThrottle | None = None
           ) -> tuple[gr.Blocks, str]:
     credentials, shown = launch_policy(host, share, auth)
+    ctx.local = credentials is None and is_local(host, share, auth)      # never for a shared app
     app = build_app(ctx)
     app.queue(default_concurrency_limit=4)
     # with a login: only the login page before it, and a back-off after failed ones
@@ -156,7 +164,10 @@ def main(options: ServeOptions) -> int:
     except LaunchRefused as e:
         print(f"gguf-trainer: {e}", file=sys.stderr)
         return 2
-    ctx = make_context(options.projects_root, allow=list(options.allow_dirs))
+    local = is_local(options.host, options.share, options.auth)
+    # the root chosen in a local app's GUI, unless --projects-root names one; a shared app keeps the default
+    root = options.projects_root or (remembered_root() if local else None)
+    ctx = make_context(root, allow=list(options.allow_dirs), local=local)
     if options.demo_pack:
         root = setup_tab.run_demo(ctx, options.demo_pack)[0]
         print(f"demo: {root or 'could not be started (see the GUI)'}", flush=True)

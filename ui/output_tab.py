@@ -1,8 +1,15 @@
 """Output: exported files, the evaluation, snapshots with a quality-vs-steps plot, kept steps
 (Export / Delete), the ggk command with Copy, and Export GGUF (regenerate from best.pt).
-Everything shown comes from the Supervisor's view (its status report), read on a tick."""
+Everything shown comes from the Supervisor's view (its status report), read on a tick.
+
+The quality plot is a matplotlib figure (lines with a marker on every snapshot, so one snapshot
+is a visible point), drawn only when the snapshots changed. The ggk command names the pack's DiT
+and VAE files (`TrainerPack.ggk_model_args`) as editable defaults: two fields, kept in the page,
+change the command shown and nothing else."""
 from __future__ import annotations
 
+import json
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -18,15 +25,15 @@ from trainer_core.snapshot import job_status
 
 from ui.common import banner, fmt_num, fmt_size
 from ui.context import Ctx
-from ui.train_tab import request_snapshot
+from ui.train_tab import SNAPSHOT_EVAL_DEFAULT, request_snapshot
 
-__all__ = ["build", "output_tick", "export_again", "delete_kept_step", "quality_frame"]
+__all__ = ["build", "output_tick", "export_again", "delete_kept_step", "quality_frame", "quality_figure",
+           "model_files", "ggk_command_text", "model_file_defaults"]
 
 FILE_COLUMNS = ["file", "size", "modified"]
 SNAP_COLUMNS = ["step", "of planned", "checkpoint", "val cos", "eval", "file"]
 KEPT_COLUMNS = ["step", "% of planned", "val cos", "size", "kept"]
-# typed columns: an untyped empty frame makes "series" numeric, and the chart keeps a numeric
-# colour scale for the real series that follow
+# the quality plot's data, typed even when empty
 EMPTY_QUALITY = pd.DataFrame({"step": pd.Series([], dtype="int64"), "value": pd.Series([], dtype="float64"),
                        "series": pd.Series([], dtype="str")})
 
@@ -51,10 +58,72 @@ def quality_frame(report: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows) if rows else EMPTY_QUALITY
 
 
-def output_tick(ctx: Ctx, project_path: str | None) -> tuple:
+def quality_figure(frame: pd.DataFrame) -> Any:
+    """The quality-vs-steps figure: one line per series with a marker on every snapshot (a line
+    through one point draws nothing); None without snapshots."""
+    if frame.empty:
+        return None
+    from matplotlib.figure import Figure             # not pyplot: no global figure registry
+    from matplotlib.ticker import MaxNLocator
+    fig = Figure(figsize=(8, 2.8), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    for series, rows in frame.groupby("series", sort=False):
+        rows = rows.sort_values("step")
+        ax.plot(rows["step"], rows["value"], marker="o", markersize=7, linewidth=1.5, label=str(series))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("value")
+    ax.set_title("quality vs steps")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    return fig
+
+
+def model_files(pack: Any) -> tuple[str, str]:
+    """The DiT and VAE file names the pack's engine command names (its ggk_model_args)."""
+    words = shlex.split(pack.ggk_model_args)
+
+    def after(flag: str) -> str:
+        i = words.index(flag) if flag in words else -1
+        return words[i + 1] if 0 <= i < len(words) - 1 else ""
+    return after("--diffusion-model"), after("--vae")
+
+
+def ggk_command_text(report: dict[str, Any], pack: Any, dit: str | None = "", vae: str | None = "") -> str:
+    """The engine command of the report with the DiT / VAE files the user typed (blank: the pack's),
+    and the editing addition on a comment line; "" before the export exists."""
+    command = report.get("ggk_command") or ""
+    if not command:
+        return ""
+    default_dit, default_vae = model_files(pack)
+    chosen = (f"--diffusion-model {shlex.quote((dit or '').strip() or default_dit)} "
+              f"--vae {shlex.quote((vae or '').strip() or default_vae)}")
+    command = command.replace(pack.ggk_model_args, chosen, 1)
+    if report.get("ggk_edit_args"):
+        command += f"\n# to edit images, add: {report['ggk_edit_args']}"
+    return command
+
+
+def model_file_defaults(project_path: str | None) -> tuple[Any, Any]:
+    """The DiT and VAE fields for the project just opened: its pack's file names."""
+    try:
+        pack = Project.open(project_path).pack if project_path else None
+    except TrainerError:
+        pack = None
+    if pack is None:
+        return gr.update(), gr.update()
+    dit, vae = model_files(pack)
+    return gr.update(value=dit), gr.update(value=vae)
+
+
+def output_tick(ctx: Ctx, project_path: str | None, seen_quality: str | None = None, dit: str | None = "",
+                vae: str | None = "") -> tuple:
+    """(files, output note, evaluation, snapshots, quality plot (skipped when unchanged), kept steps,
+    kept-step choices, ggk command, the quality plot's key)."""
     view = ctx.supervisor.view(project_path)
     if view is None:
-        return ([], "Nothing exported yet", "no evaluation yet", [], EMPTY_QUALITY, [], gr.update(choices=[]), "")
+        plot = gr.skip() if seen_quality == "" else None
+        return ([], "Nothing exported yet", "no evaluation yet", [], plot, [], gr.update(choices=[]), "", "")
     report = view.snapshot()["report"] or {}
     files = [[f["name"], fmt_size(f["size"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(f["mtime"]))]
              for f in report.get("outputs") or []]
@@ -75,9 +144,17 @@ def output_tick(ctx: Ctx, project_path: str | None) -> tuple:
                   fmt_size(k.get("size")), time.strftime("%Y-%m-%d %H:%M", time.localtime(k.get("time", 0)))]
                  for k in kept]
     choices = [(f"step {k['step']}", f"step{k['step']}") for k in kept]
-    return (files, out_note, eval_md, snaps, quality_frame(report), kept_rows, gr.update(choices=choices),
-            (report.get("ggk_command") or "") + (f"\n# to edit images, add: {report['ggk_edit_args']}"
-                                                 if report.get("ggk_command") and report.get("ggk_edit_args") else ""))
+    frame = quality_frame(report)
+    key = "" if frame.empty else json.dumps(frame.to_dict("records"), sort_keys=True, default=str)
+    plot = gr.skip() if key == seen_quality else quality_figure(frame)
+    return (files, out_note, eval_md, snaps, plot, kept_rows, gr.update(choices=choices),
+            ggk_command_text(report, view.project.pack, dit, vae), key)
+
+
+def command_tick(ctx: Ctx, project_path: str | None, dit: str | None, vae: str | None) -> str:
+    """The ggk command at once when a file name is edited (the tick follows it)."""
+    view = ctx.supervisor.view(project_path)
+    return ggk_command_text(view.snapshot()["report"] or {}, view.project.pack, dit, vae) if view else ""
 
 
 def export_again(ctx: Ctx, project_path: str | None) -> str:
@@ -120,11 +197,11 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     gr.Markdown("### Snapshots")
     with gr.Row():
         snap_ck = gr.Dropdown([("latest step", "last"), ("best validation", "best")], value="last", label="Snapshot of")
-        snap_eval = gr.Checkbox(label="Also evaluate the GGUF on the validation shards", value=True)
+        snap_eval = gr.Checkbox(label="Also evaluate the GGUF on the validation shards", value=SNAPSHOT_EVAL_DEFAULT,
+                                elem_id="output-snap-eval")
         snap_btn = gr.Button("Export snapshot", elem_id="output-snapshot")
     snaps = gr.Dataframe(headers=SNAP_COLUMNS, value=[], interactive=False, elem_id="snapshots")
-    quality = gr.LinePlot(EMPTY_QUALITY, x="step", y="value", color="series", title="quality vs steps",
-                          height=240, elem_id="quality-plot")
+    quality = gr.Plot(None, label="quality vs steps", format="png", elem_id="quality-plot")
     gr.Markdown("### Kept steps")
     kept = gr.Dataframe(headers=KEPT_COLUMNS, value=[], interactive=False, elem_id="kept-steps")
     with gr.Row():
@@ -132,11 +209,21 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
         kept_export = gr.Button("Export")
         kept_delete = gr.Button("Delete", variant="stop")
     gr.Markdown("### Use it in ggk")
+    with gr.Row():
+        dit = gr.Textbox(label="DiT file (--diffusion-model)", info="blank: the pack's file",
+                         max_lines=1, elem_id="ggk-dit")
+        vae = gr.Textbox(label="VAE file (--vae)", info="blank: the pack's file", max_lines=1, elem_id="ggk-vae")
     command = gr.Textbox(label="ggk command", buttons=["copy"], interactive=False, elem_id="ggk-command")
+    seen_quality = gr.State(None)
+    chosen = gr.State(["", ""])        # the two file names, for the tick (States are no API parameters)
 
-    outputs = [files, out_note, eval_md, snaps, quality, kept, kept_pick, command]
-    timer.tick(lambda p: output_tick(ctx, p), [project_state], outputs, queue=False, show_progress="hidden",
-               api_name="output_tick")
+    outputs = [files, out_note, eval_md, snaps, quality, kept, kept_pick, command, seen_quality]
+    timer.tick(lambda p, s, m: output_tick(ctx, p, s, *(m or ["", ""])), [project_state, seen_quality, chosen],
+               outputs, queue=False, show_progress="hidden", api_name="output_tick")
+    project_state.change(model_file_defaults, [project_state], [dit, vae], api_name=False)
+    for box in (dit, vae):
+        box.change(lambda d, v: [d, v], [dit, vae], [chosen], queue=False, api_name=False)
+        box.input(lambda p, d, v: command_tick(ctx, p, d, v), [project_state, dit, vae], [command], api_name=False)
     export_btn.click(lambda p: export_again(ctx, p), [project_state], [top_banner], api_name="export_again")
     snap_btn.click(lambda p, c, e: request_snapshot(ctx, p, c, e), [project_state, snap_ck, snap_eval], [top_banner],
                    api_name=False)

@@ -3,10 +3,10 @@
 Every path the UI accepts (project folders, materials, output folders, browse requests) goes
 through `PathPolicy.check`: it must be absolute (or start with ~), and once resolved —
 symlinks followed, `..` collapsed — lie inside one of the allowed roots. The roots are the
-projects root, the materials folder (GGUF_TRAINER_MATERIALS), the demo folder, the output
-folders of the projects opened, and folders the local user names with `--allow-dir` (or
-GGUF_TRAINER_ALLOWED_DIRS, separated by the OS path separator). A remote user of a shared
-app cannot add roots.
+projects root, the materials folder (GGUF_TRAINER_MATERIALS), the demo folder, and folders the
+local user names with `--allow-dir` (or GGUF_TRAINER_ALLOWED_DIRS, separated by the OS path
+separator). A remote user of a shared app cannot add roots; the user of a local app (loopback,
+no login) may replace the projects root, which re-derives the policy (ui/projects_root.py).
 """
 from __future__ import annotations
 

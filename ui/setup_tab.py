@@ -19,12 +19,11 @@ from ui import materials_panel
 from ui.common import banner, fmt_size
 from ui.context import Ctx
 from ui.paths import PathRefused
+from ui.plan_panel import plan_markdown, plan_summary, run_calibration
 from ui.settings_form import FIELDS, build_fields, form_assignments, form_values, problem_updates, visibility_updates
 
 __all__ = ["build", "open_project", "create_project", "save_settings", "start_run", "run_demo", "missing_required",
-           "disk_estimate", "start_label", "browse", "ProjectView"]
-
-
+           "disk_estimate", "start_label", "browse", "ProjectView", "current_view", "change_root"]
 
 # ------------------------------------------------------------ pure helpers
 
@@ -114,19 +113,39 @@ class ProjectView:
                  else "hf_… (only for gated or private repos; without one, your Hugging Face login's is used)")
         title = (f"**{project.settings.name}** · {project.pack.title} · `{project.root}` · status **{status}**")
         table = materials_panel.rows(all_statuses(project, online=False))
-        return (str(project.root), banner(message, kind), title, *fields, gr.update(value=table),
-                disk_estimate(project), gr.update(value=start_label(status), interactive=status != "running"),
+        panel = disk_estimate(project) + "\n\n" + plan_markdown(project)
+        return (str(project.root), banner(message, kind), title, *fields, gr.update(value=table), panel,
+                gr.update(value=start_label(status), interactive=status != "running"),
                 gr.update(value="", placeholder=token))
+
+
+def current_view(ctx: Ctx, current: str | None, message: str, kind: str = "error") -> tuple:
+    """The view of the project open now, with a banner: what a refused action returns. Its path,
+    title, materials and Start stay; the form keeps what the user typed (an unsaved edit survives).
+    No project open (or one no longer inside the allowed folders): the "No project open" view."""
+    project = None
+    if current:
+        try:
+            project = Project.open(ctx.paths.check(current, "project folder"))
+        except (PathRefused, TrainerError):
+            project = None
+    if project is None:
+        return ProjectView.of(ctx, None, message, kind)
+    view = list(ProjectView.of(ctx, project, message, kind))
+    view[3:3 + len(FIELDS)] = [gr.update() for _ in FIELDS]
+    view[-1] = gr.update()                       # the token field too
+    return tuple(view)
 
 
 # ------------------------------------------------------------ handlers
 
-def open_project(ctx: Ctx, path_text: str) -> tuple:
+def open_project(ctx: Ctx, path_text: str, current: str | None = None) -> tuple:
+    """Open the project at `path_text`; refused, the project open now (`current`) stays open."""
     try:
         path = ctx.paths.check(path_text, "project folder")
         project = Project.open(path)
     except (PathRefused, TrainerError) as e:
-        return ProjectView.of(ctx, None, str(e), "error")
+        return current_view(ctx, current, str(e))
     remember_last_project(project.root)
     ctx.supervisor.attach(project.root)
     note = ""
@@ -136,7 +155,8 @@ def open_project(ctx: Ctx, path_text: str) -> tuple:
     return ProjectView.of(ctx, project, note)
 
 
-def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str) -> tuple:
+def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str, current: str | None = None) -> tuple:
+    """Create a project under `root_text`; refused, the project open now (`current`) stays open."""
     try:
         pack = get_pack(pack_id)
         root = ctx.paths.check(root_text or str(ctx.projects_root), "projects root")
@@ -150,7 +170,7 @@ def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str) -> tuple:
         target = ctx.paths.check(str(target), "project folder")     # the resolved folder must be allowed too
         project = Project.create(target, pack.id, name=(name or "").strip() or None)
     except (PathRefused, TrainerError) as e:
-        return ProjectView.of(ctx, None, str(e), "error")
+        return current_view(ctx, current, str(e))
     remember_last_project(project.root)
     ctx.supervisor.attach(project.root)
     return ProjectView.of(ctx, project, f"Created {project.root}.", "ok")
@@ -205,14 +225,20 @@ def start_run(ctx: Ctx, project_path: str | None, anyway: bool = False) -> tuple
         if missing:
             return (banner("Required materials are not ready: " + ", ".join(missing) +
                            ". Provide them, or press Start anyway.", "notice"), gr.update(visible=True))
+        summary, warnings = plan_summary(project)
+        if warnings and not anyway:           # the plan says it will not fit: say how, before anything runs
+            return (banner("The plan warns: " + " ".join(warnings) + " Change the settings, or press Start anyway.",
+                           "notice"), gr.update(visible=True))
         pid = ctx.supervisor.start_run(project.root)
     except TrainerError as e:
         return banner(str(e)), gr.update(visible=False)
-    return banner(f"Pipeline started (pid {pid}); follow it on the Train tab.", "ok"), gr.update(visible=False)
+    return (banner(f"Pipeline started (pid {pid}){'; ' + summary if summary else ''}; follow it on the Train tab.",
+                   "ok"), gr.update(visible=False))
 
 
-def run_demo(ctx: Ctx, pack_id: str = DEMO_PACKS[0]) -> tuple:
-    """Build the pack's demo project (once) under the demo folder and start it."""
+def run_demo(ctx: Ctx, pack_id: str = DEMO_PACKS[0], current: str | None = None) -> tuple:
+    """Build the pack's demo project (once) under the demo folder and start it; refused, the
+    project open now (`current`) stays open."""
     from trainer_core.demo.build import build_demo
     try:
         root = ctx.demo_root / get_pack(pack_id).default_folder
@@ -226,8 +252,26 @@ def run_demo(ctx: Ctx, pack_id: str = DEMO_PACKS[0]) -> tuple:
             pid = ctx.supervisor.start_run(project.root)
             message = f"Demo started (pid {pid}): tiny offline models, every stage, about two minutes on a laptop."
     except TrainerError as e:
-        return ProjectView.of(ctx, None, str(e), "error")
+        return current_view(ctx, current, str(e))
     return ProjectView.of(ctx, project, message, "ok")
+
+
+def change_root(ctx: Ctx, text: str, current: str | None) -> tuple:
+    """Make `text` the projects root (a local app only: see ui/projects_root.py). Returns the
+    project view, then the New project root field, the file browser's folder and its entries.
+    The open project stays open if it lies inside the new allowed folders."""
+    from ui.projects_root import change_projects_root
+    try:
+        root = change_projects_root(ctx, text)
+    except PathRefused as e:
+        return (*current_view(ctx, current, str(e)), gr.update(), gr.update(), gr.update())
+    message = f"The projects root is now {root} (remembered for the next start of this app)."
+    view = current_view(ctx, current, message, "ok")
+    if current and view[0] is None:
+        message += f" The project {current} lies outside it and was closed."
+        view = current_view(ctx, None, message, "ok")
+    shown, entries, _ = browse(ctx, str(root), "dir")
+    return (*view, gr.update(value=str(root)), shown, entries)
 
 
 def initial_project(ctx: Ctx) -> tuple:
@@ -272,7 +316,10 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
                                        label="Trainer pack", elem_id="new-pack")
                 new_root = gr.Textbox(label="Projects root", value=str(ctx.projects_root), elem_id="new-root")
             pack_info = gr.Markdown(PACKS[DEMO_PACKS[0]].description)
-            create_btn = gr.Button("Create", elem_id="create-btn")
+            with gr.Row():
+                create_btn = gr.Button("Create", elem_id="create-btn")
+                # the machine's owner only (loopback, no login): a shared app keeps its folders
+                root_btn = gr.Button("Use this folder as the projects root", visible=ctx.local, elem_id="root-btn")
         with gr.Accordion("File browser", open=False):
             with gr.Row():
                 browse_dir = gr.Textbox(label="Folder", value=str(ctx.projects_root), scale=4, elem_id="browse-dir")
@@ -290,17 +337,22 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
                                     "readable only by you, never shown again)",
                               type="password", value="", elem_id="hf-token")
     fields = build_fields()
-    disk = gr.Markdown("", elem_id="disk-estimate")
+    disk = gr.Markdown("", elem_id="disk-estimate")           # the shards' estimate and the Plan panel
     with gr.Row():
+        calibrate_btn = gr.Button("Calibrate the plan", elem_id="calibrate-btn")
         save_btn = gr.Button("Save settings", elem_id="save-btn")
         start_btn = gr.Button("Start pipeline", variant="primary", interactive=False, elem_id="setup-start")
         anyway_btn = gr.Button("Start anyway", variant="stop", visible=False, elem_id="start-anyway")
 
     view_outputs = [project_state, top_banner, project_title, *fields.values(), materials, disk, start_btn, hf_token]
-    open_btn.click(lambda p: open_project(ctx, p), [open_path], view_outputs, api_name="open_project")
-    create_btn.click(lambda n, k, r: create_project(ctx, n, k, r), [new_name, new_pack, new_root], view_outputs,
-                     api_name="create_project")
-    demo_btn.click(lambda k: run_demo(ctx, k), [demo_pack], view_outputs, api_name="run_demo")
+    # the open project (a State: not part of the API's parameters) stays open when an action is refused
+    open_btn.click(lambda p, c: open_project(ctx, p, c), [open_path, project_state], view_outputs,
+                   api_name="open_project")
+    create_btn.click(lambda n, k, r, c: create_project(ctx, n, k, r, c), [new_name, new_pack, new_root, project_state],
+                     view_outputs, api_name="create_project")
+    demo_btn.click(lambda k, c: run_demo(ctx, k, c), [demo_pack, project_state], view_outputs, api_name="run_demo")
+    root_btn.click(lambda r, c: change_root(ctx, r, c), [new_root, project_state],
+                   [*view_outputs, new_root, browse_dir, entries], api_name=False)
     save_btn.click(lambda p, t, *v: save_settings(ctx, p, t, *v), [project_state, hf_token, *fields.values()],
                    view_outputs, api_name="save_settings")
     # an opened project's materials are checked against the Hub once (and found copies linked);
@@ -310,6 +362,7 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     timer.tick(lambda p, s: materials_tick(ctx, p, s), [project_state, panel["pick"]], panel["outputs"],
                queue=False, show_progress="hidden", api_name="materials_tick")
     start_btn.click(lambda p: start_run(ctx, p), [project_state], [top_banner, anyway_btn], api_name="start")
+    calibrate_btn.click(run_calibration, [project_state], [top_banner, disk], api_name="calibrate")
     anyway_btn.click(lambda p: start_run(ctx, p, anyway=True), [project_state], [top_banner, anyway_btn],
                      api_name=False)
     new_pack.change(lambda k: PACKS[k].description, [new_pack], [pack_info], api_name=False)
@@ -317,7 +370,7 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
                      api_name="browse")
     entries.select(_pick_entry(ctx), [entries, browse_kind], [browse_dir, entries, top_banner, open_path],
                    api_name=False)
-    use_open.click(lambda d: open_project(ctx, d), [open_path], view_outputs, api_name=False)
+    use_open.click(lambda d, c: open_project(ctx, d, c), [open_path, project_state], view_outputs, api_name=False)
     return {"view_outputs": view_outputs, "start_btn": start_btn, "open_path": open_path}
 
 

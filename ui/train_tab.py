@@ -22,7 +22,12 @@ from ui.common import banner, fmt_duration, fmt_num, stage_strip_html
 from ui.context import Ctx
 
 __all__ = ["build", "train_tick", "apply_steps", "stop_run", "request_snapshot", "preview_reset", "confirm_reset",
-           "chart_frame", "metrics_html", "hardware_html"]
+           "cancel_reset", "chart_frame", "metrics_html", "hardware_html", "trainer_planned", "steps_note",
+           "SNAPSHOT_EVAL_DEFAULT"]
+
+# "Also evaluate" of a snapshot export, on the Train and the Output tab alike: off, as the CLI's
+# `snapshot` (without --eval); evaluating while training runs takes the CPU from the trainer's data feed
+SNAPSHOT_EVAL_DEFAULT = False
 
 # typed columns: an untyped empty frame makes "series" numeric, and the chart keeps a numeric
 # colour scale for the real series that follow
@@ -41,7 +46,7 @@ def metrics_html(snap: dict[str, Any]) -> str:
     report = snap.get("report") or {}
     running = report.get("status") == "running"
     # "steps": the metric points of earlier versions
-    planned = p.get("planned_steps", p.get("steps", report.get("planned_steps", "–")))
+    planned = trainer_planned(snap) or p.get("planned_steps", p.get("steps", report.get("planned_steps", "–")))
     cells = [("step", f"{p.get('step', '–')} / {planned}"),
              ("loss", fmt_num(p.get("loss"))), ("rel_mse", fmt_num(p.get("rel_mse"))), ("cos", fmt_num(p.get("cos"))),
              ("val cos", fmt_num(v.get("val_cos"))), ("best val cos", fmt_num(v.get("best_val_cos"))),
@@ -92,14 +97,50 @@ def _status_line(snap: dict[str, Any]) -> str:
     return text
 
 
-def _steps_note(snap: dict[str, Any]) -> str:
+def _train_stage(snap: dict[str, Any]) -> dict[str, Any] | None:
+    """The train stage's live entry while the trainer runs (None otherwise)."""
+    report = snap.get("report") or {}
+    if report.get("status") != "running" or report.get("stage") != "train":
+        return None
+    return next((s for s in report.get("stages") or [] if s.get("name") == "train"), {})
+
+
+def trainer_planned(snap: dict[str, Any]) -> int | None:
+    """The step count the running trainer uses now: its latest status or metric event (which
+    state.json keeps; the trainer reports a changed train.steps as soon as it reads it), else its
+    last logged point. None when no trainer runs."""
+    stage = _train_stage(snap)
+    if stage is None:
+        return None
+    for value in (stage.get("planned_steps"), (snap.get("last_train") or {}).get("planned_steps")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _trainer_step(snap: dict[str, Any]) -> int | None:
+    stage = _train_stage(snap) or {}
+    steps = [v for v in (stage.get("step"), stage.get("count"), (snap.get("last_train") or {}).get("step"))
+             if isinstance(v, int) and not isinstance(v, bool)]
+    return max(steps) if steps else None
+
+
+def steps_note(snap: dict[str, Any]) -> str:
+    """The note beside Planned steps, from the live view on every tick. While the trainer runs it
+    says only that a saved count is not in force yet, and goes once the trainer has it (a count at or
+    below the trainer's step is in force once the trainer stops at its step)."""
     report = snap.get("report") or {}
     planned = report.get("planned_steps")
+    live = trainer_planned(snap)
+    if _train_stage(snap) is not None:
+        step = _trainer_step(snap)
+        caught_up = live == planned or (None not in (live, step, planned) and planned <= step and live <= step)
+        if live is None or caught_up:
+            return ""
+        at = f" at step {step}" if step is not None else ""
+        return f"saved {planned}, trainer still on {live}{at} — it picks up the new count at its next log interval"
     last = (report.get("checkpoints") or {}).get("last") or {}
     step = last.get("step")
-    if report.get("status") == "running" and last.get("planned_steps") not in (None, planned):
-        return (f"saved {planned}, trainer still on {last.get('planned_steps')} — picked up at the next log "
-                "interval")
     if step is not None and planned is not None and step >= planned:
         return f"checkpoint at step {step} — raise the count and press Start / Resume to train further"
     if step is not None:
@@ -118,7 +159,7 @@ def train_tick(ctx: Ctx, project_path: str | None, seen_chart: int) -> tuple:
     chart = chart_frame(snap) if snap["chart_version"] != seen_chart else gr.skip()
     running = (snap.get("report") or {}).get("status") == "running"
     return (_status_line(snap), stage_strip_html(snap.get("report") or {}, snap["progress"]), chart,
-            metrics_html(snap), hardware_html(snap), _steps_note(snap),
+            metrics_html(snap), hardware_html(snap), steps_note(snap),
             gr.skip(), snap["chart_version"], gr.update(visible=not running), gr.update(visible=running))
 
 
@@ -184,6 +225,7 @@ def request_snapshot(ctx: Ctx, project_path: str | None, checkpoint: str, evalua
 
 
 def preview_reset(project_path: str | None, what: str) -> tuple[str, Any]:
+    """(the list of what goes, the confirmation row: Delete these / Cancel)."""
     if not project_path or not what:
         return "", gr.update(visible=False)
     try:
@@ -207,6 +249,11 @@ def confirm_reset(ctx: Ctx, project_path: str | None, what: str) -> tuple[str, A
     return banner(f"Reset {what}: deleted {len(removed)} item(s).", "ok"), gr.update(visible=False)
 
 
+def cancel_reset() -> tuple[str, Any, Any]:
+    """Cancel: nothing is deleted; the list and the confirmation go, the choice is cleared."""
+    return "", gr.update(visible=False), gr.update(value=None)
+
+
 # ------------------------------------------------------------ layout
 
 def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Timer) -> dict[str, Any]:
@@ -216,7 +263,8 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
         stop_btn = gr.Button("Stop", variant="stop", visible=False, elem_id="train-stop")
         snap_ck = gr.Dropdown([("latest step", "last"), ("best validation", "best")], value="last",
                               label="Snapshot of", scale=1)
-        snap_eval = gr.Checkbox(label="Also evaluate (on the CPU while training runs)", value=False)
+        snap_eval = gr.Checkbox(label="Also evaluate (on the CPU while training runs)", value=SNAPSHOT_EVAL_DEFAULT,
+                                elem_id="train-snap-eval")
         snap_btn = gr.Button("Export snapshot", elem_id="snapshot-btn")
     strip = gr.HTML("", elem_id="stage-strip")
     chart = gr.LinePlot(EMPTY_CHART, x="step", y="value", color="series", title="loss / cos / val cos",
@@ -229,7 +277,9 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     with gr.Accordion("Reset…", open=False):
         with gr.Row():
             reset_what = gr.Dropdown(list(RESETS), label="What", value=None, elem_id="reset-what")
-            reset_confirm = gr.Button("Delete these", variant="stop", visible=False, elem_id="reset-confirm")
+            with gr.Row(visible=False, elem_id="reset-confirm-row") as reset_row:
+                reset_confirm = gr.Button("Delete these", variant="stop", elem_id="reset-confirm")
+                reset_cancel = gr.Button("Cancel", elem_id="reset-cancel")
         reset_list = gr.HTML("")
     hardware = gr.HTML("", elem_id="live-hardware")
     seen_chart = gr.State(-1)
@@ -245,9 +295,10 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
                      api_name=False)
     snap_btn.click(lambda p, c, e: request_snapshot(ctx, p, c, e), [project_state, snap_ck, snap_eval], [top_banner],
                    api_name="snapshot")
-    reset_what.change(preview_reset, [project_state, reset_what], [reset_list, reset_confirm], api_name=False)
-    reset_confirm.click(lambda p, w: confirm_reset(ctx, p, w), [project_state, reset_what], [reset_list, reset_confirm],
+    reset_what.change(preview_reset, [project_state, reset_what], [reset_list, reset_row], api_name=False)
+    reset_confirm.click(lambda p, w: confirm_reset(ctx, p, w), [project_state, reset_what], [reset_list, reset_row],
                         api_name="reset", api_visibility="private")
+    reset_cancel.click(cancel_reset, [], [reset_list, reset_row, reset_what], api_name=False)
     return {"steps_box": steps_box, "timer": timer}
 
 

@@ -3,12 +3,17 @@ app, runs the demo from its button, and waits for the Output tab to list the exp
 Screenshots of every tab land in tests/artifacts/ (git-ignored) for CI to keep."""
 from __future__ import annotations
 
+import io
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from trainer_core.base.hardware import cpu_load
 from trainer_core.project import Project
 from ui.app import serve
 
@@ -77,5 +82,114 @@ def test_the_demo_runs_from_its_button_and_the_output_tab_lists_the_gguf(ctx, br
         page.locator("#hw-refresh").click()
         expect(page.locator("#hw-table")).to_contain_text("transformers", timeout=120_000)
         page.screenshot(path=str(ARTIFACTS / "hardware.png"), full_page=True)
+
+        # one snapshot is a visible point on the quality plot (a line through one point draws nothing)
+        page.get_by_role("tab", name="Output").click()
+        page.locator("#output-snapshot").click()
+        expect(page.locator("#snapshots")).to_contain_text("-step", timeout=300_000)
+        expect(page.locator("#quality-plot img")).to_be_visible(timeout=60_000)
+        page.screenshot(path=str(ARTIFACTS / "output-snapshot.png"), full_page=True)
+
+        # Stop while the evaluation runs: the run ends "stopped", not "failed"
+        project = Project.open(ctx.demo_root / "t5_adapter")
+        stale = project.eval_json.stat().st_mtime - 60                 # eval.json older than the GGUF: eval reruns
+        os.utime(project.eval_json, (stale, stale))
+        page.get_by_role("tab", name="Train").click()
+        page.locator("#train-start").click()
+        expect(page.locator('#stage-strip [data-stage="eval"]')).to_have_attribute("data-status", "running",
+                                                                                   timeout=120_000)
+        page.locator("#train-stop").click()
+        expect(page.locator("#train-status")).to_contain_text("stopped", timeout=120_000)
+        assert project.read_state()["status"] == "stopped"
     finally:
+        app.close()
+
+
+AT_BOTTOM = "t => t.scrollTop + t.clientHeight >= t.scrollHeight - 8"
+
+
+def _tqdm_run(desc: str, total: int) -> str:
+    """What a tqdm bar writes into a log file: one line of \\r-separated updates."""
+    from tqdm import tqdm
+    out = io.StringIO()
+    for _ in tqdm(range(total), desc=desc, file=out, mininterval=0):
+        pass
+    return out.getvalue()
+
+
+def test_logs_follow_the_newest_line_and_hardware_is_filled_on_opening(ctx, browser):
+    from playwright.sync_api import expect
+    project = Project.create(ctx.projects_root / "follow", "t5xxl_pixart")       # the page opens it (last project)
+    log = project.pipeline_log
+    log.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(first: int, last: int, extra: str = "") -> None:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write("".join(f"[train] line {i:03d}\n" for i in range(first, last)) + extra)
+    # a log longer than the box (28 lines), with raw tqdm bars in it
+    append(0, 60, _tqdm_run("Loading weights", 20) + "Writing model shards: 45%|####5     | 9/20 [00:01<00:02, 5.2it/s]\n"
+           "Writing model shards: 100%|##########| 20/20 [00:02<00:00, 5.2it/s]\n")
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])       # a load the Hardware tab must see
+    ARTIFACTS.mkdir(exist_ok=True)
+    app, url = serve(ctx, port=free_port(), open_browser=False, block=False)
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        page.get_by_role("tab", name="Logs").click()
+        box = page.locator("#log-text textarea")
+        expect(box).to_have_value(re.compile(r"line 059\n.*Writing model shards: 100%", re.S), timeout=60_000)
+        # the bars show their last state only
+        text = box.input_value()
+        assert text.count("Loading weights") == 1 and "Loading weights: 100%" in text
+        assert text.count("Writing model shards") == 1 and "45%" not in text and "\r" not in text
+        assert box.evaluate("t => t.scrollHeight > t.clientHeight + 100")       # longer than the box
+        page.wait_for_function(f"({AT_BOTTOM})(document.querySelector('#log-text textarea'))", timeout=10_000)
+
+        # the log grows: the newest line stays in view
+        append(60, 120)
+        expect(box).to_have_value(re.compile(r"line 119\n$"), timeout=30_000)
+        page.wait_for_function(f"({AT_BOTTOM})(document.querySelector('#log-text textarea'))", timeout=10_000)
+        page.screenshot(path=str(ARTIFACTS / "logs-follow.png"), full_page=True)
+
+        # the user scrolls up: new lines no longer move the view
+        box.hover()
+        page.mouse.wheel(0, -100_000)
+        page.wait_for_function("document.querySelector('#log-text textarea').scrollTop === 0", timeout=10_000)
+        append(120, 130)
+        expect(box).to_have_value(re.compile(r"line 129\n$"), timeout=30_000)
+        top = box.evaluate("t => new Promise(r => requestAnimationFrame(() => requestAnimationFrame("
+                           "() => r(t.scrollTop))))")
+        assert top == 0
+        # back at the bottom, it follows again
+        page.mouse.wheel(0, 100_000)
+        page.wait_for_function(f"({AT_BOTTOM})(document.querySelector('#log-text textarea'))", timeout=10_000)
+        append(130, 160)
+        expect(box).to_have_value(re.compile(r"line 159\n$"), timeout=30_000)
+        page.wait_for_function(f"({AT_BOTTOM})(document.querySelector('#log-text textarea'))", timeout=10_000)
+
+        # Hardware: filled on opening, no Refresh; the CPU load is the shared reading, not 0.0
+        page.get_by_role("tab", name="Hardware").click()
+        table = page.locator("#hw-table table.gt-hardware")
+        expect(table).to_contain_text("CPU load", timeout=60_000)
+        expect(table).to_contain_text("transformers")
+        shown = float(table.get_attribute("data-cpu-pct"))
+        assert 0.0 < shown <= 100.0
+        assert re.search(rf"CPU load\s*{re.escape(str(shown))}%", table.inner_text())
+        assert cpu_load() > 0.0                  # the same function, from this thread, agrees the machine is busy
+        page.screenshot(path=str(ARTIFACTS / "hardware-on-open.png"), full_page=True)
+
+        # lines that arrived while Logs was hidden: opening it again shows the newest one
+        append(160, 200)
+        page.get_by_role("tab", name="Logs").click()
+        expect(box).to_have_value(re.compile(r"line 199\n$"), timeout=30_000)
+        page.wait_for_function(f"({AT_BOTTOM})(document.querySelector('#log-text textarea'))", timeout=10_000)
+
+        # opening Hardware again shows it again (the last of the first opening's updates has the torch row)
+        expect(table).not_to_contain_text("asking torch", timeout=120_000)
+        shown_at = table.get_attribute("data-shown-at")
+        page.get_by_role("tab", name="Hardware").click()
+        expect(table).not_to_have_attribute("data-shown-at", shown_at, timeout=30_000)
+    finally:
+        busy.kill()
+        busy.wait()
         app.close()

@@ -177,7 +177,7 @@ def test_output_lists_exports_evaluation_and_the_command(ctx):
     gguf.write_bytes(b"GGUF" + b"\0" * 100)
     project.eval_json.write_text(json.dumps({"cos": 0.875, "rel_mse": 0.25, "note": "x"}))
     ctx.supervisor.attach(project.root).refresh(force=True)
-    files, note, eval_md, snaps, quality, kept, pick, command = output_tab.output_tick(ctx, out[0])
+    files, note, eval_md, snaps, quality, kept, pick, command, _ = output_tab.output_tick(ctx, out[0])
     assert files[0][0] == gguf.name and "104 B" in files[0][1]
     assert "0.8750" in eval_md and "0.2500" in eval_md
     assert "--llm-adapter" in command and str(gguf) in command
@@ -243,3 +243,96 @@ def test_a_mageflow_project_estimates_about_the_references_bytes_per_sample(ctx)
     text = setup_tab.disk_estimate(Project.open(out[0]))
     # the reference's own estimate for the trainer5 mix: 1,797,185 B a sample on average
     assert "for 87536 samples (1.8 MB each, estimated from the real teacher's shapes)" in text
+
+
+# ------------------------------------------------------------ issue 19: Train and Output
+
+def _running_view(snap, saved, trainer, step, metric_planned):
+    """The project's live view `snap` as it reads while the trainer runs at `step` on `trainer`
+    steps, with `saved` in project.json; the last checkpoint (and the last logged point) still
+    say `metric_planned`."""
+    report = dict(snap["report"], status="running", stage="train", planned_steps=saved,
+                  checkpoints={"last": {"step": 200, "planned_steps": 200}, "best": None})
+    report["stages"] = [dict(s, status="running", planned_steps=trainer, step=step, count=step)
+                        if s["name"] == "train" else s for s in report["stages"]]
+    return dict(snap, report=report, last_train={"step": step, "planned_steps": metric_planned, "loss": 0.5})
+
+
+def test_the_steps_note_follows_the_trainer_and_goes_once_it_has_the_count(ctx, monkeypatch):
+    root = _create(ctx)[0]
+    view = ctx.supervisor.attach(root)
+    idle = view.snapshot()
+    # saved 300 while the trainer, at step 220, still runs on 200: the note says so, with the live step
+    monkeypatch.setattr(view, "snapshot", lambda: _running_view(idle, 300, 200, 220, 200))
+    tick = train_tab.train_tick(ctx, root, -1)
+    assert "saved 300, trainer still on 200 at step 220" in tick[5]
+    assert 'data-metric="step">220 / 200' in tick[3]
+    # the trainer read the new count (its status event; the last logged point and the checkpoint still say
+    # 200): the note is gone and the metrics show the count in force
+    monkeypatch.setattr(view, "snapshot", lambda: _running_view(idle, 300, 300, 220, 200))
+    tick = train_tab.train_tick(ctx, root, -1)
+    assert tick[5] == "" and 'data-metric="step">220 / 300' in tick[3]
+    # a count below the trainer's step: pending until the trainer stops at its own step, then gone
+    monkeypatch.setattr(view, "snapshot", lambda: _running_view(idle, 150, 300, 220, 300))
+    assert "saved 150, trainer still on 300" in train_tab.train_tick(ctx, root, -1)[5]
+    monkeypatch.setattr(view, "snapshot", lambda: _running_view(idle, 150, 220, 220, 300))
+    assert train_tab.train_tick(ctx, root, -1)[5] == ""
+
+
+def test_reset_cancel_closes_the_confirmation_and_deletes_nothing(ctx):
+    out = _create(ctx)
+    project = Project.open(out[0])
+    project.checkpoints_dir.mkdir(parents=True)
+    (project.checkpoints_dir / "last.pt").write_bytes(b"x")
+    listing, row = train_tab.preview_reset(out[0], "train")
+    assert row["visible"] is True and str(project.checkpoints_dir) in listing
+    listing, row, what = train_tab.cancel_reset()
+    assert listing == "" and row["visible"] is False and what["value"] is None
+    assert (project.checkpoints_dir / "last.pt").read_bytes() == b"x"
+
+
+def test_one_snapshot_is_a_visible_point_on_the_quality_plot(ctx):
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import to_rgb
+    out = _create(ctx)
+    project = Project.open(out[0])
+    project.snapshots_json.write_text(json.dumps({"snapshots": [
+        {"id": "step120-last", "step": 120, "planned_steps": 240, "checkpoint": "last", "val_cos": 0.8,
+         "path": str(project.root / "x-step120-f16.gguf"), "eval": None}]}))
+    ctx.supervisor.attach(project.root).refresh(force=True)
+    tick = output_tab.output_tick(ctx, out[0])
+    fig, key = tick[4], tick[8]
+    (ax,) = fig.axes
+    (line,) = ax.get_lines()
+    assert list(line.get_xdata()) == [120] and line.get_marker() == "o" and line.get_markersize() > 0
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    pixels = np.asarray(canvas.buffer_rgba())[..., :3] / 255.0
+    x, y = ax.transData.transform((120, 0.8))
+    at = pixels[int(round(pixels.shape[0] - y)), int(round(x))]
+    assert np.allclose(at, to_rgb(line.get_color()), atol=0.05), at        # the point is drawn, not the background
+    # unchanged snapshots: the figure is not drawn again on the next tick
+    assert isinstance(output_tab.output_tick(ctx, out[0], key)[4], type(gr.skip()))
+
+
+def test_the_ggk_command_names_the_packs_model_files_and_takes_the_users(ctx):
+    from trainer_core.packs import PACKS
+    out = _create(ctx)
+    project = Project.open(out[0])
+    dit, vae = output_tab.model_files(project.pack)
+    assert dit.endswith(".gguf") and vae.endswith(".gguf") and "MODEL.gguf" not in (dit, vae)
+    assert [u["value"] for u in output_tab.model_file_defaults(out[0])] == [dit, vae]
+    gguf = project.gguf_path()
+    gguf.parent.mkdir(parents=True, exist_ok=True)
+    gguf.write_bytes(b"GGUF" + b"\0" * 100)
+    ctx.supervisor.attach(project.root).refresh(force=True)
+    command = output_tab.output_tick(ctx, out[0])[7]
+    assert f"--diffusion-model {dit} --vae {vae} " in command and str(gguf) in command
+    command = output_tab.output_tick(ctx, out[0], None, "my dit.gguf", "vae-q8.gguf")[7]
+    assert "--diffusion-model 'my dit.gguf' --vae vae-q8.gguf " in command and dit not in command
+    assert output_tab.command_tick(ctx, out[0], "", "") == output_tab.output_tick(ctx, out[0])[7]
+    # every pack names its engine files (Qwen-Image 2.1's are not published: the placeholder stays)
+    named = {p.id: output_tab.model_files(p) for p in PACKS.values()}
+    assert all(d and v for d, v in named.values())
+    assert [i for i, (d, _) in named.items() if d == "MODEL.gguf"] == ["qwen3vl_qwenimage"]

@@ -1,6 +1,10 @@
 """Hardware and environment readings for the GUI: the machine (CPU, RAM, GPUs through
 nvidia-smi, disk free at the project) and one process (CPU %, RSS, threads).
 
+The machine's CPU load comes from one `CpuLoad` sampler (`cpu_load()`), whichever thread asks:
+psutil's `cpu_percent(interval=None)` keeps its baseline per *thread*, so a GUI handler running
+on a fresh pool thread read 0.0 while the Train tab (the Supervisor's thread) read 100%.
+
 No torch import here: the GUI process stays light; torch's view of the devices comes from
 `torch_devices()`, which the Hardware tab asks for in the background once.
 """
@@ -14,13 +18,15 @@ import platform
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-__all__ = ["machine_reading", "gpu_readings", "ProcessWatch", "environment", "torch_devices", "disk_free_gib"]
+__all__ = ["machine_reading", "gpu_readings", "ProcessWatch", "environment", "torch_devices", "disk_free_gib",
+           "CpuLoad", "cpu_load", "busy_pct"]
 
 _GPU_FIELDS = ("index", "name", "memory.used", "memory.total", "utilization.gpu", "temperature.gpu", "power.draw")
 
@@ -65,11 +71,60 @@ def disk_free_gib(path: str | os.PathLike) -> float | None:
         return None
 
 
+def busy_pct(before: Any, after: Any) -> float:
+    """Machine-wide CPU % between two `psutil.cpu_times()` readings (psutil's own arithmetic: idle
+    and iowait are not busy; guest time is already counted in user time on Linux)."""
+    fields = [f for f in after._fields if f not in ("guest", "guest_nice")]
+    delta = {f: max(0.0, getattr(after, f) - getattr(before, f)) for f in fields}
+    total = sum(delta.values())
+    if total <= 0:
+        return 0.0
+    idle = delta.get("idle", 0.0) + delta.get("iowait", 0.0)
+    return round(min(100.0, max(0.0, 100.0 * (total - idle) / total)), 1)
+
+
+class CpuLoad:
+    """The machine's CPU % between consecutive readings, thread-independent. The first reading
+    (and one after more than `stale_s` without any) measures over `window` seconds instead of
+    returning psutil's meaningless first 0.0; readings closer than `min_gap_s` return the last value."""
+
+    def __init__(self, window: float = 0.3, stale_s: float = 30.0, min_gap_s: float = 0.1,
+                 times: Any = psutil.cpu_times, clock: Any = time.monotonic, wait: Any = time.sleep) -> None:
+        self.window, self.stale_s, self.min_gap_s = window, stale_s, min_gap_s
+        self._times, self._clock, self._wait = times, clock, wait
+        self._last: tuple[float, Any] | None = None
+        self._value: float | None = None
+        self._lock = threading.Lock()
+
+    def read(self) -> float:
+        with self._lock:
+            now = self._clock()
+            if self._last is None or now - self._last[0] > self.stale_s:
+                self._last = (now, self._times())
+                self._wait(self.window)                 # a real interval, not psutil's first 0.0
+                now = self._clock()
+            elif self._value is not None and now - self._last[0] < self.min_gap_s:
+                return self._value
+            after = self._times()
+            self._value = busy_pct(self._last[1], after)
+            self._last = (now, after)
+            return self._value
+
+
+_CPU_LOAD = CpuLoad()
+
+
+def cpu_load() -> float:
+    """The machine's CPU % since the previous `cpu_load()` call from any thread (see CpuLoad); the
+    Train tab's live line and the Hardware tab both read it through `machine_reading`."""
+    return _CPU_LOAD.read()
+
+
 def machine_reading(project_root: str | os.PathLike | None = None, with_gpus: bool = True) -> dict[str, Any]:
-    """CPU load (since the previous call; the first call primes it), RAM, GPUs, disk free."""
+    """CPU load (`cpu_load()`: since the previous reading, whatever thread), RAM, GPUs, disk free."""
     mem = psutil.virtual_memory()
     return {"time": time.time(), "cpu_threads": psutil.cpu_count(logical=True),
-            "cpu_pct": psutil.cpu_percent(interval=None),
+            "cpu_pct": cpu_load(),
             "ram_used_gib": round((mem.total - mem.available) / 2 ** 30, 1),
             "ram_total_gib": round(mem.total / 2 ** 30, 1),
             "gpus": gpu_readings() if with_gpus else None,

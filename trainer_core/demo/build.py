@@ -15,6 +15,7 @@ looked up on the Hub, linked from elsewhere or downloaded (materials.py).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from trainer_core.base.atomic import atomic_write_text
 from trainer_core.base.errors import UsageError
@@ -27,8 +28,11 @@ from trainer_core.project import Project
 __all__ = ["build_demo", "DEMO_PACKS"]
 
 
-def build_demo(root: str | Path, pack_id: str = DEMO_PACKS[0]) -> Project:
-    """Create the demo project at `root` (which must not be a project yet)."""
+def build_demo(root: str | Path, pack_id: str = DEMO_PACKS[0],
+               progress: Callable[[int, int, str], None] | None = None) -> Project:
+    """Create the demo project at `root` (which must not be a project yet); `progress(done, total, what)`
+    hears each step as it starts (`gguf-trainer demo` draws it as a bar)."""
+    step = progress or (lambda done, total, what: None)
     import torch
     from transformers import Qwen3Model
 
@@ -38,21 +42,27 @@ def build_demo(root: str | Path, pack_id: str = DEMO_PACKS[0]) -> Project:
     pack = get_pack(pack_id)
     if pack.id not in DEMO_PACKS:
         raise UsageError(f"The {pack.id} pack has no demo; use --pack with one of {', '.join(DEMO_PACKS)}.")
+    step(0, 5, "creating the project")
     project = Project.create(root, pack.id)
     mark_demo(project, pack.id)      # before anything else: even a half-built demo stays offline
     materials = project.materials_dir
     prompts = demo_prompts()
     atomic_write_text(materials / "demo_prompts.txt", "".join(p + "\n" for p in prompts))
 
+    step(1, 5, "the student's tokenizer and config")
     config = tiny_qwen3_config(hidden_size=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128)
     tokenizer_dir = materials / "pig-clip-tokenizer"
     write_qwen_tokenizer(tokenizer_dir)
     write_student_config(tokenizer_dir, config)
+    step(2, 5, "the student GGUF")
     torch.manual_seed(SEED)
     write_student_gguf(Qwen3Model(config), materials / "pig_clip-demo-f16.gguf", dtype="f16")
+    step(3, 5, "the teacher")
     pack.build_demo_materials(project, prompts)
+    step(4, 5, "the settings")
 
     project.update_settings([*DEMO_SETTINGS, *pack.demo_settings,
                              "corpus.extra_files=materials/demo_prompts.txt",
                              "materials.student.path=materials/pig_clip-demo-f16.gguf"])
+    step(5, 5, "ready")
     return project

@@ -59,6 +59,7 @@ PACK = VisionPack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos_slice", "cos_vis", "cos_txt", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos",
                   "trained_steps", "val_samples"),
+    ggk_model_args="--diffusion-model mageflow-edit-turbo-nvfp4.gguf --vae pig_mageflow_vae_fp32-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --llm_vision mmproj-qwen3vl-4b-it-f16.gguf",
     demo_settings=IMAGE_DEMO_SETTINGS,
 )

@@ -102,6 +102,16 @@ def _has_ancestor(pid: int) -> bool:
         return False
 
 
+def _report_vram(report: Report) -> None:
+    """The stage's peak GPU memory per device (reserved by torch's allocator), for the plan's calibration."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return
+    peaks = {str(i): int(torch.cuda.max_memory_reserved(i)) for i in range(torch.cuda.device_count())}
+    if any(peaks.values()):
+        report("metric", peak_vram_bytes=max(peaks.values()), peak_vram_by_device=peaks)
+
+
 def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m trainer_core.stages.{name}")
     parser.add_argument("--project", required=True)
@@ -129,6 +139,7 @@ def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
         write_pid_file(project.stage_pid, os.getpid())
     try:
         outcome = run(project, report, stop, **({"split": args.split} if args.split else {}))
+        _report_vram(report)
         return EXIT_STOPPED if outcome == "stopped" else EXIT_DONE
     except TrainerError as e:
         report("error", message=str(e))

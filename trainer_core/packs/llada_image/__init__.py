@@ -152,6 +152,7 @@ PACK = LLaDAPack(
                   "trained_steps", "val_batches"),
     teacher_control="placement",
     reference_dims={"out_dim": OUT_DIM, "num_queries": NUM_QUERIES},
+    ggk_model_args="--diffusion-model LLaDA-image-turbo-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --llm_vision {sigvq}",
     extra_settings=("export.export_sigvq",),
     # LLaDA's mock rows are 1.3 MB a prompt, so its corpus is smaller; they are learnt slowly at the

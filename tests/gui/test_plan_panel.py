@@ -1,0 +1,33 @@
+"""Issue 20: the Plan panel on the Setup tab and the plan in the Start confirmation."""
+from __future__ import annotations
+
+from trainer_core import plan as plan_mod
+from trainer_core.project import Project
+from ui import plan_panel, setup_tab
+
+
+def test_the_plan_panel_shows_every_stage_and_asks_for_a_calibration(ctx):
+    out = setup_tab.create_project(ctx, "mine", "t5xxl_pixart", str(ctx.projects_root))
+    panel = out[-3]
+    assert "Shards on disk" in panel and "**Plan** — press **Calibrate**" in panel
+    for stage in ("corpus", "precompute_val", "precompute_train", "train", "export", "eval"):
+        assert f"| {stage} | — |" in panel                    # no time before a calibration, never a guess
+    project = Project.open(out[0])
+    plan = plan_mod.make_plan(project)
+    assert f"**{plan_panel.fmt_size(plan['total_disk_bytes'])}**" in panel
+
+
+def test_a_plan_warning_holds_the_start_until_start_anyway(ctx, monkeypatch):
+    out = setup_tab.create_project(ctx, "mine", "t5xxl_pixart", str(ctx.projects_root))
+    project = Project.open(out[0])
+    project.update_settings(["precompute.mock_teacher=true"])          # materials are then not required
+    monkeypatch.setattr(plan_mod, "free_bytes", lambda path: 1 << 20)
+    message, anyway = setup_tab.start_run(ctx, out[0])
+    assert "The plan warns: Not enough disk" in message and "Start anyway" in message
+    assert anyway["visible"] is True
+    assert "Not enough disk" in plan_panel.plan_markdown(project)
+
+
+def test_calibration_is_refused_without_a_project(ctx):
+    message, panel = plan_panel.run_calibration(None)
+    assert "Open or create a project first" in message and panel == ""

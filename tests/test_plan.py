@@ -1,0 +1,110 @@
+"""Issue 20: the pre-flight plan. Its calibrated figures against a real run of every demo pack on this
+machine, and the warnings that name a fix."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import cli
+from trainer_core import plan as plan_mod
+from trainer_core.packs import DEMO_PACKS, get_pack
+from trainer_core.plan import calibrate, make_plan
+from trainer_core.project import Project
+
+
+def _tree_bytes(*folders: Path) -> int:
+    return sum(p.stat().st_size for f in folders for p in f.rglob("*") if p.is_file())
+
+
+def _run_measured(root: Path) -> tuple[float, int]:
+    """`gguf-trainer run`: (wall seconds, peak RSS of the largest process)."""
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "trainer_core", "run", "--project", str(root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, proc.stderr.read()[-2000:]
+    return time.monotonic() - started, usage.ru_maxrss * 1024
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pack_id", DEMO_PACKS)
+def test_the_calibrated_plan_matches_the_run(tmp_path, pack_id):
+    root = tmp_path / "projects" / get_pack(pack_id).default_folder
+    assert cli("demo", "--project", str(root), "--pack", pack_id).returncode == 0
+    project = Project.open(root)
+    calibrate(project)
+    planned = make_plan(project)
+    assert planned["calibrated"] and all(s["seconds"] is not None for s in planned["stages"].values())
+    assert not (root / ".calibration").exists()
+    before = _tree_bytes(root.parent)
+    wall, rss = _run_measured(root)
+    written = _tree_bytes(root.parent) - before
+    ratios = {"seconds": planned["total_seconds"] / wall, "bytes": planned["total_disk_bytes"] / written,
+              "rss": planned["peak_ram_bytes"] / rss}
+    print(f"PLAN {pack_id} " + json.dumps({"planned_s": planned["total_seconds"], "wall_s": round(wall, 1),
+                                           "planned_bytes": planned["total_disk_bytes"], "written": written,
+                                           "planned_rss": planned["peak_ram_bytes"], "peak_rss": rss,
+                                           **{f"ratio_{k}": round(v, 2) for k, v in ratios.items()}}))
+    assert 0.5 <= ratios["seconds"] <= 2.0, ratios
+    assert 0.5 <= ratios["bytes"] <= 1.5, ratios
+    assert 0.5 <= ratios["rss"] <= 2.0, ratios
+    # the run kept the plan it started under, and status sets it beside what happened
+    status = json.loads(cli("status", "--project", str(root), "--json").stdout)
+    rows = {row["stage"]: row for row in status["plan"]}
+    assert set(rows) == {"corpus", "precompute_val", "precompute_train", "train", "export", "eval"}
+    assert all(row["actual_seconds"] is not None and row["planned_seconds"] is not None for row in rows.values())
+    assert "planned vs actual: corpus" in cli("status", "--project", str(root)).stdout
+
+
+def test_without_a_calibration_the_plan_gives_disk_and_says_it_has_no_timings(tmp_path):
+    root = tmp_path / "t5_adapter"
+    assert cli("demo", "--project", str(root)).returncode == 0
+    plan = make_plan(Project.open(root))
+    assert not plan["calibrated"] and plan["total_seconds"] is None
+    assert plan["stages"]["precompute_train"]["disk_bytes"] > 0 and plan["stages"]["export"]["disk_bytes"] > 0
+    r = cli("plan", "--project", str(root))
+    assert r.returncode == 0 and "plan --calibrate measures this machine" in r.stdout
+    shape = json.loads(cli("plan", "--project", str(root), "--json").stdout)
+    assert set(shape) >= {"stages", "total_seconds", "total_disk_bytes", "peak_ram_bytes", "peak_vram_bytes",
+                          "placement", "warnings"}
+    assert set(shape["stages"]["train"]) == {"seconds", "disk_bytes", "peak_ram_bytes", "peak_vram_bytes", "source"}
+
+
+def test_a_disk_too_small_gets_the_largest_corpus_that_fits(tmp_path, monkeypatch):
+    project = Project.create(tmp_path / "p", "t5xxl_pixart")
+    planned = make_plan(project, hw={"cpus": 2, "ram_available_bytes": 64 << 30, "gpus": []})
+    shards = planned["stages"]["precompute_train"]["disk_bytes"] + planned["stages"]["precompute_val"]["disk_bytes"]
+    other = planned["total_disk_bytes"] - shards
+    free = other + shards // 4                             # a quarter of the shards fits
+    monkeypatch.setattr(plan_mod, "free_bytes", lambda path: free)
+    warned = make_plan(project, hw={"cpus": 2, "ram_available_bytes": 64 << 30, "gpus": []})["warnings"]
+    n_train, n_val = project.settings.corpus.n_train, project.settings.corpus.n_val
+    fit = int((free - other) / (shards / (n_train + n_val)) * n_train / (n_train + n_val))
+    assert len(warned) == 1 and warned[0].startswith("Not enough disk")
+    assert f"about {fit} train samples (corpus.n_train={fit})" in warned[0]
+    assert abs(fit - n_train / 4) <= 0.01 * n_train
+
+
+def test_a_teacher_that_does_not_fit_the_card_gets_the_mode_that_would(tmp_path):
+    project = Project.create(tmp_path / "p", "qwen3vl_mageflow")
+    teacher = project.pack.resolve_material(project, "teacher")
+    teacher.mkdir(parents=True)
+    with open(teacher / "model-00001-of-00001.safetensors", "wb") as f:        # 9 GB, sparse: no disk used
+        f.truncate(9 << 30)
+    project.update_settings(["precompute.teacher_mode=gpu"])
+    card = {"cpus": 16, "ram_available_bytes": 64 << 30,
+            "gpus": [{"index": 0, "name": "RTX 4070", "memory_bytes": 12 << 30}]}
+    warned = make_plan(Project.open(project.root), hw=card)["warnings"]
+    assert any("teacher_mode=gpu needs ~12.0 GB" in w and "precompute.teacher_mode=offload" in w for w in warned)
+    project.update_settings(["precompute.teacher_mode=offload"])
+    assert not [w for w in make_plan(Project.open(project.root), hw=card)["warnings"] if w.startswith("The teacher")]
+    small = {"cpus": 4, "ram_available_bytes": 6 << 30, "gpus": []}
+    warned = make_plan(Project.open(project.root), hw=small)["warnings"]
+    assert any(re.search(r"weights take ~9\.0 GB and 6\.0 GB of RAM", w) for w in warned)

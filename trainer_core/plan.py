@@ -1,0 +1,364 @@
+"""The pre-flight plan: seconds, disk bytes, peak RAM / VRAM and placement of every stage of a run,
+before it starts, and afterwards how close it came.
+
+Two sources, named in every figure:
+
+* **calibration** (`calibrate`, `gguf-trainer plan --calibrate`, the Setup tab's button): the real
+  stages run, as processes, on a scratch copy of the project under `<project>/.calibration/` with a
+  small corpus drawn the same way (two train shards, one val shard, 30 training steps). Each stage's
+  wall time, its processes' peak RSS (wait4) and what it wrote are measured, and scaled to the
+  project's counts: precompute as fixed + per-sample (from the val and train splits), training as
+  fixed + per-step + per-validation (from the stage's own log and val events), the corpus and the
+  evaluation by the samples they read. Cached in `calibration.json` under a key of the settings
+  and the materials, so a changed setting asks for a new one.
+* **estimate**: without a calibration, the disk from the pack's shapes (shards, checkpoints, the
+  GGUF) and no timings — the plan says so instead of guessing hours.
+
+`plan.json` keeps the calibrated plan a run starts under; `status.planned_vs_actual` sets it beside
+the stage times the driver recorded in state.json.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from trainer_core.base.atomic import atomic_write_json, read_json
+from trainer_core.base.diskspace import free_bytes, human
+from trainer_core.base.errors import TrainerError
+from trainer_core.contract import checkpoints
+from trainer_core.project import Project, last_project, remember_last_project, settings_from_dict
+from trainer_core.runner import child_env
+from trainer_core.stages import STAGE_NAMES
+from trainer_core.status import PLAN_FILE, _student_width, shard_disk_estimate
+
+__all__ = ["calibrate", "make_plan", "settings_key", "save_planned", "CALIBRATION_FILE", "PLAN_FILE", "hardware"]
+
+CALIBRATION_FILE, SCRATCH = "calibration.json", ".calibration"
+CAL_TEXT = {"n_train": 64, "n_val": 24}
+CAL_IMAGE = {"n_image": 16, "n_two": 4, "n_text": 12, "n_val_image": 8, "n_val_text": 8}
+CAL_STEPS, CAL_VAL_EVERY = 30, 15
+LONG_TRAIN_S = 24 * 3600
+
+
+def _samples(project: Project) -> tuple[int, int]:
+    """(train, val) samples the corpus settings ask for."""
+    c = project.settings.corpus
+    if project.pack.corpus_kind == "image":
+        return c.n_image + c.n_two + c.n_text, c.n_val_image + c.n_val_text
+    return c.n_train, c.n_val
+
+
+def settings_key(project: Project) -> str:
+    """What a calibration depends on: every setting but the counts it scales over, and the materials."""
+    raw = read_json(project.project_json, {}) or {}
+    raw = {k: v for k, v in raw.items() if k not in ("name", "auto_resume", "hf_token")}
+    # how long, how often and what is kept scale the plan but do not change what is measured
+    scaled = tuple(f.name for f in dataclasses.fields(project.settings.train)
+                   if f.name in ("steps", "val_every", "save_every", "log_every") or f.name.startswith("hist"))
+    for section, keys in (("corpus", ("n_train", "n_val", *CAL_IMAGE)), ("train", scaled),
+                          ("export", ("output_dir", "copy_to"))):
+        raw[section] = {k: v for k, v in (raw.get(section) or {}).items() if k not in keys}
+    stamps = []
+    for m in project.pack.project_materials(project):
+        path = project.pack.resolve_material(project, m.id)
+        if path is not None and path.exists():
+            stamps.append((m.id, str(path), int(path.stat().st_mtime)))
+    blob = json.dumps({"settings": raw, "materials": stamps}, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- calibration
+
+def _scratch(project: Project) -> Project:
+    """A copy of the project's settings under .calibration/, its paths made absolute, a small corpus."""
+    root = project.root / SCRATCH
+    if root.exists():
+        shutil.rmtree(root)
+    raw = read_json(project.project_json, {}) or {}
+    raw = json.loads(json.dumps(raw))
+    corpus, pre, train, export = (raw.setdefault(k, {}) for k in ("corpus", "precompute", "train", "export"))
+    for key in ("extra_files", "image_folders"):
+        corpus[key] = [str(project.resolve_user_path(p)) for p in getattr(project.settings.corpus, key)]
+    for key in ("train_file", "val_file"):
+        value = getattr(project.settings.corpus, key)
+        corpus[key] = str(project.resolve_user_path(value)) if value else ""
+    small = CAL_IMAGE if project.pack.corpus_kind == "image" else CAL_TEXT
+    corpus.update(small)
+    n_train = sum(v for k, v in small.items() if "val" not in k)
+    n_val = sum(v for k, v in small.items() if "val" in k)
+    pre.update(shard_size=n_train // 2, val_shard_size=n_val)
+    train.update(steps=CAL_STEPS, val_every=CAL_VAL_EVERY, save_every=CAL_VAL_EVERY, log_every=5, history=False,
+                 warmup=min(int(project.settings.train.warmup), 10))
+    export.update(output_dir=str(root / "out"), copy_to="", run_eval=True)
+    materials = raw.setdefault("materials", {})
+    for m in project.pack.project_materials(project):
+        path = project.pack.resolve_material(project, m.id)
+        if path is not None:
+            materials[m.id] = {**(materials.get(m.id) or {}), "path": str(path)}
+    raw.pop("hf_token", None)
+    remembered = last_project()
+    scratch = Project.create(root, project.pack.id, name=project.settings.name)
+    if remembered is not None:              # the scratch copy is never the "last project" the GUI reopens
+        remember_last_project(remembered)
+    scratch.save_settings(settings_from_dict(raw))
+    return Project.open(root)
+
+
+def _run_stage(scratch: Project, stage: str) -> tuple[float, int]:
+    """(wall seconds, peak RSS bytes of the stage's processes) of one stage run by the driver."""
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "trainer_core.pipeline", "--project", str(scratch.root),
+                             "--only", stage], env=child_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=scratch.root)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        state = scratch.read_state()
+        raise TrainerError(f"The calibration's {stage} stage failed ({state.get('error') or 'see '}"
+                           f"{'' if state.get('error') else str(scratch.pipeline_log)}); the plan cannot measure "
+                           "this machine until the stage runs.")
+    return time.monotonic() - started, int(usage.ru_maxrss) * 1024
+
+
+def _folder_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def _train_rates(scratch: Project) -> tuple[float, float]:
+    """(seconds per step, seconds per validation) from the training stage's own events."""
+    logs, vals, starts = [], [], []
+    for line in scratch.events_jsonl.read_text(encoding="utf-8").splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("stage") != "train":
+            continue
+        p = e.get("payload", {})
+        if e.get("type") == "progress" and str(p.get("detail", "")).startswith("validating"):
+            starts.append(e["time"])
+        elif e.get("type") == "metric" and "val_cos" in p and starts:
+            vals.append(e["time"] - starts[-1])
+        elif e.get("type") == "metric" and "loss" in p and "step" in p:
+            logs.append((e["time"], int(p["step"])))
+    val_s = sorted(vals)[len(vals) // 2] if vals else 0.0
+    if len(logs) < 2:
+        return 0.0, val_s
+    (t0, s0), (t1, s1) = logs[0], logs[-1]
+    inside = sum(1 for t in starts if t0 < t < t1)
+    return max(0.0, (t1 - t0 - inside * val_s) / max(s1 - s0, 1)), val_s
+
+
+def _vram_peaks(scratch: Project) -> dict[str, int]:
+    """Each stage's peak GPU memory as its process reported it (none on a machine without CUDA)."""
+    peaks: dict[str, int] = {}
+    for line in scratch.events_jsonl.read_text(encoding="utf-8").splitlines():
+        try:
+            e = json.loads(line)
+            value = e["payload"].get("peak_vram_bytes") if e.get("type") == "metric" else None
+        except (ValueError, KeyError, AttributeError):
+            continue
+        if value:
+            peaks[e.get("stage")] = max(peaks.get(e.get("stage"), 0), int(value))
+    return peaks
+
+
+def calibrate(project: Project, say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Run every stage on a scratch copy (see the module text); the measurements, cached."""
+    scratch = _scratch(project)
+    try:
+        seconds, rss = {}, {}
+        for stage in STAGE_NAMES:
+            say(f"calibrating {stage} …")
+            seconds[stage], rss[stage] = _run_stage(scratch, stage)
+        n_train, n_val = _samples(scratch)
+        step_s, val_s = _train_rates(scratch)
+        shards = {split: [p for p in scratch.shards_dir(split).glob(f"{split}-*.safetensors")]
+                  for split in ("train", "val")}
+        out = scratch.output_dir()
+        record = {
+            "key": settings_key(project), "time": time.time(), "samples": {"train": n_train, "val": n_val},
+            "shard_size": scratch.settings.precompute.shard_size, "seconds": seconds, "rss": rss,
+            "step_s": step_s, "val_s": val_s, "steps": CAL_STEPS, "val_every": CAL_VAL_EVERY,
+            "vram": _vram_peaks(scratch),
+            "bytes": {"corpus": _folder_bytes(scratch.data_dir), "shards": sum(_folder_bytes(p) for s in shards.values()
+                                                                                for p in s),
+                      "checkpoints": sum(_folder_bytes(checkpoints.weights_path(scratch, which))
+                                         for which in (checkpoints.LAST, checkpoints.BEST)),
+                      "export": _folder_bytes(out), "fitted": sum(_folder_bytes(p) for p in scratch.root.glob("*.pt")),
+                      "logs": _folder_bytes(scratch.events_jsonl) + _folder_bytes(scratch.pipeline_log)},
+        }
+    finally:
+        shutil.rmtree(scratch.root, ignore_errors=True)
+    atomic_write_json(project.root / CALIBRATION_FILE, record)
+    return record
+
+
+# ---------------------------------------------------------------- the plan
+
+def hardware() -> dict[str, Any]:
+    """What the plan scales to: CPU count, RAM available, GPUs (nvidia-smi), no torch import."""
+    import psutil
+
+    from trainer_core.base.hardware import gpu_readings
+    gpus = [{"index": int(g["index"]), "name": g.get("name"), "memory_bytes": int(float(g["memory.total"]) * 2**20)}
+            for g in (gpu_readings() or []) if str(g.get("memory.total", "")).replace(".", "").isdigit()]
+    return {"cpus": os.cpu_count() or 1, "ram_available_bytes": psutil.virtual_memory().available, "gpus": gpus}
+
+
+def _stage(seconds: float | None, disk: float, ram: float | None, vram: float | None, source: str) -> dict[str, Any]:
+    return {"seconds": None if seconds is None else round(seconds, 1), "disk_bytes": int(disk),
+            "peak_ram_bytes": None if ram is None else int(ram), "peak_vram_bytes": None if vram is None else int(vram),
+            "source": source}
+
+
+def _adapter_params(project: Project) -> int:
+    """Parameters of the adapter the settings build, counted from the pack's shapes without torch (the
+    GUI process never imports it): blocks of q/k/v/o + MLP + norms, the heads, the kind's extras."""
+    try:
+        dims = project.pack.teacher_dims(project)
+    except TrainerError:
+        dims = dict(project.pack.reference_dims)
+    t, kind = project.settings.train, project.pack.adapter_kind
+    w, mlp, n_in, out = t.width, 4 * t.width, _student_width(project), int(dims.get("out_dim", 0))
+    attn = (4 * w * w + 4 * w) * (2 if kind in ("resampler", "seeded_resampler") else 1)
+    block = attn + 2 * w * mlp + mlp + w + 2 * w * (4 if kind in ("resampler", "seeded_resampler") else 2)
+    total = n_in * w + w + t.depth * block + 2 * w + w * out + out
+    if kind in ("resampler", "seeded_resampler"):
+        total += int(dims.get("num_queries", 0)) * w + (int(dims.get("seed_vocab", 32128)) * w
+                                                       if kind == "seeded_resampler" else 0)
+    else:
+        total += n_in * out + out                                                 # the skip path
+        total += int(dims.get("vis_dim", 0)) * (n_in + w)                         # vision_proj, vis_in
+    return total
+
+
+def make_plan(project: Project, hw: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The plan in the JSON shape of `gguf-trainer plan --json` (module text)."""
+    hw = hw or hardware()
+    cal = read_json(project.root / CALIBRATION_FILE, None)
+    calibrated = isinstance(cal, dict) and cal.get("key") == settings_key(project)
+    n_train, n_val = _samples(project)
+    t, e = project.settings.train, project.settings.export
+    vals = t.steps // max(t.val_every, 1) + 1
+    stages: dict[str, Any] = {}
+    if calibrated:
+        src = f"calibration on this machine ({time.strftime('%Y-%m-%d %H:%M', time.localtime(cal['time']))})"
+        s, r, b, v = cal["seconds"], cal["rss"], cal["bytes"], cal.get("vram") or {}
+        ct, cv = cal["samples"]["train"], cal["samples"]["val"]
+        per_sample_s = max(0.0, (s["precompute_train"] - s["precompute_val"]) / max(ct - cv, 1))
+        fixed = max(0.0, s["precompute_val"] - cv * per_sample_s)
+        per_shard_bytes = b["shards"] / max(ct + cv, 1)
+        # a bigger shard holds more rows in memory while it is built and written
+        grow = max(0.0, (project.settings.precompute.shard_size - cal["shard_size"]) * per_shard_bytes * 2)
+        ratio = (n_train + n_val) / max(ct + cv, 1)
+        train_fixed = max(0.0, s["train"] - cal["steps"] * cal["step_s"]
+                          - (cal["steps"] // cal["val_every"] + 1) * cal["val_s"])
+        val_real = cal["val_s"] * n_val / max(cv, 1)
+        stages["corpus"] = _stage(s["corpus"] * (ratio if project.pack.corpus_kind == "image" else 1),
+                                  b["corpus"] * ratio, r["corpus"], None, src)
+        for split, n in (("val", n_val), ("train", n_train)):
+            stages[f"precompute_{split}"] = _stage(fixed + n * per_sample_s, n * per_shard_bytes,
+                                                   r[f"precompute_{split}"] + grow, v.get(f"precompute_{split}"), src)
+        stages["precompute_val"]["disk_bytes"] += int(b["fitted"])          # vision_proj.pt and the like
+        history = (t.history_keep or max(0, t.steps // max(t.history_every or t.val_every, 1))) if t.history else 0
+        stages["train"] = _stage(train_fixed + t.steps * cal["step_s"] + vals * val_real,
+                                 b["checkpoints"] * (1 + history / 4) + b["logs"] * t.steps / cal["steps"],
+                                 r["train"], v.get("train"), src)
+        stages["export"] = _stage(s["export"], b["export"] * (2 if e.copy_to else 1), r["export"], v.get("export"),
+                                  src)
+        stages["eval"] = _stage(max(0.0, s["eval"] - cal["val_s"]) + val_real, 4096, r["eval"], v.get("eval"), src)
+    else:
+        src = "the pack's shapes (no timings before a calibration on this machine)"
+        shards = shard_disk_estimate(project)
+        per = shards["per_sample"] or 0
+        params = _adapter_params(project)
+        stages["corpus"] = _stage(None, 200 * (n_train + n_val), None, None, src)
+        stages["precompute_val"] = _stage(None, per * n_val, None, None, shards["source"])
+        stages["precompute_train"] = _stage(None, per * n_train, None, None, shards["source"])
+        stages["train"] = _stage(None, 2 * params * 12, None, None, src)           # weights + AdamW, last and best
+        stages["export"] = _stage(None, params * 2 * (2 if e.copy_to else 1), None, None, src)
+        stages["eval"] = _stage(None, 4096, None, None, src)
+    known = [v["seconds"] for v in stages.values()]
+    plan = {"stages": stages, "total_seconds": None if None in known else round(sum(known), 1),
+            "total_disk_bytes": int(sum(v["disk_bytes"] for v in stages.values())),
+            "peak_ram_bytes": max((v["peak_ram_bytes"] or 0 for v in stages.values()), default=0) or None,
+            "peak_vram_bytes": max((v["peak_vram_bytes"] or 0 for v in stages.values()), default=0) or None,
+            "placement": _placement(project, hw), "calibrated": calibrated,
+            "warnings": [], "key": settings_key(project)}
+    plan["warnings"] = _warnings(project, plan, hw)
+    return plan
+
+
+def _teacher_bytes(project: Project) -> int | None:
+    """The teacher's weights on disk (safetensors), when downloaded."""
+    try:
+        root = project.pack.resolve_material(project, "teacher")
+    except KeyError:
+        return None
+    if root is None or not root.exists():
+        return None
+    return sum(p.stat().st_size for p in root.rglob("*.safetensors")) or None
+
+
+def _placement(project: Project, hw: dict[str, Any]) -> str:
+    p = project.settings.precompute
+    mode = getattr(p, project.pack.teacher_control, "auto")
+    if project.settings.precompute.mock_teacher:
+        return "mock teacher (synthetic targets): nothing to place"
+    if not hw["gpus"] or p.device == "cpu":
+        return f"teacher and student on the CPU ({hw['cpus']} cores); training on {project.settings.train.device}"
+    gpu = hw["gpus"][0]
+    return (f"teacher {project.pack.teacher_control}={mode} on GPU {gpu['index']} ({gpu['name']}, "
+            f"{human(gpu['memory_bytes'])}); training on {project.settings.train.device}")
+
+
+def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> list[str]:
+    out = []
+    free = free_bytes(project.root)
+    shards = plan["stages"]["precompute_train"]["disk_bytes"] + plan["stages"]["precompute_val"]["disk_bytes"]
+    other = plan["total_disk_bytes"] - shards
+    n_train, n_val = _samples(project)
+    if free is not None and plan["total_disk_bytes"] > free:
+        per = shards / max(n_train + n_val, 1)
+        fit = int(max(0, free - other) / per * n_train / max(n_train + n_val, 1)) if per else 0
+        key = "corpus.n_image" if project.pack.corpus_kind == "image" else "corpus.n_train"
+        out.append(f"Not enough disk: the run writes ~{human(plan['total_disk_bytes'])} but {human(free)} is free "
+                   f"at {project.root}; the largest corpus that fits is about {fit} train samples "
+                   f"({key}={fit}), or free space first.")
+    weights = _teacher_bytes(project)
+    if weights and not project.settings.precompute.mock_teacher:
+        mode = getattr(project.settings.precompute, project.pack.teacher_control, "auto")
+        need = weights + 3 * 2**30
+        budget = project.settings.precompute.gpu_mem_gib * 2**30 or (
+            hw["gpus"][0]["memory_bytes"] - int(1.5 * 2**30) if hw["gpus"] else 0)
+        if hw["gpus"] and mode == "gpu" and need > budget:
+            out.append(f"The teacher does not fit the card: teacher_mode=gpu needs ~{human(need)} on the GPU but the "
+                       f"budget is {human(budget)}; set precompute.teacher_mode=offload (the weights stay in RAM "
+                       f"and stream through the card) or auto.")
+        ram = hw["ram_available_bytes"]
+        if (not hw["gpus"] or mode == "offload") and weights > ram:
+            out.append(f"The teacher does not fit in memory: its weights take ~{human(weights)} and {human(ram)} of "
+                       f"RAM is available; use a GPU with precompute.teacher_mode=offload or auto, or free memory.")
+    seconds = plan["stages"]["train"]["seconds"]
+    if seconds and seconds > LONG_TRAIN_S:
+        per = seconds / max(project.settings.train.steps, 1)
+        steps = int(LONG_TRAIN_S / per)
+        out.append(f"Training takes ~{seconds / 3600:.0f} h; train.steps={steps} would take about a day "
+                   f"(the schedule follows a changed count at any time).")
+    return out
+
+
+def save_planned(project: Project, plan: dict[str, Any]) -> None:
+    """Keep the plan a run starts with (planned vs actual)."""
+    atomic_write_json(project.root / PLAN_FILE, {**plan, "saved": time.time()})
