@@ -63,14 +63,17 @@ def test_the_calibrated_plan_matches_the_run(tmp_path, pack_id):
     assert "planned vs actual: corpus" in cli("status", "--project", str(root)).stdout
 
 
-def test_without_a_calibration_the_plan_gives_disk_and_says_it_has_no_timings(tmp_path):
+def test_without_a_calibration_the_plan_is_a_rough_estimate_and_says_so(tmp_path):
+    from trainer_core.plan_estimate import SOURCE
     root = tmp_path / "t5_adapter"
     assert cli("demo", "--project", str(root)).returncode == 0
     plan = make_plan(Project.open(root))
-    assert not plan["calibrated"] and plan["total_seconds"] is None
+    assert not plan["calibrated"] and plan["total_seconds"] > 0
+    assert all(st["source"] == SOURCE and "rough" in st["source"] for st in plan["stages"].values())
     assert plan["stages"]["precompute_train"]["disk_bytes"] > 0 and plan["stages"]["export"]["disk_bytes"] > 0
+    assert plan["total_seconds"] == pytest.approx(sum(st["seconds"] for st in plan["stages"].values()), abs=0.5)
     r = cli("plan", "--project", str(root))
-    assert r.returncode == 0 and "plan --calibrate measures this machine" in r.stdout
+    assert r.returncode == 0 and "plan --calibrate measures this machine" in r.stdout and "rough estimate" in r.stdout
     shape = json.loads(cli("plan", "--project", str(root), "--json").stdout)
     assert set(shape) >= {"stages", "total_seconds", "total_disk_bytes", "peak_ram_bytes", "peak_vram_bytes",
                           "placement", "warnings"}
@@ -87,8 +90,11 @@ def test_a_disk_too_small_gets_the_largest_corpus_that_fits(tmp_path, monkeypatc
     warned = make_plan(project, hw={"cpus": 2, "ram_available_bytes": 64 << 30, "gpus": []})["warnings"]
     n_train, n_val = project.settings.corpus.n_train, project.settings.corpus.n_val
     fit = int((free - other) / (shards / (n_train + n_val)) * n_train / (n_train + n_val))
-    assert len(warned) == 1 and warned[0].startswith("Not enough disk")
-    assert f"about {fit} train samples (corpus.n_train={fit})" in warned[0]
+    disk = [w for w in warned if w.startswith("Not enough disk")]
+    assert len(disk) == 1 and f"about {fit} train samples (corpus.n_train={fit})" in disk[0]
+    # 2 CPU cores and the recipe's 20k steps of a 1024-wide adapter: the plan also says how long
+    day = [w for w in warned if w.startswith("Training takes")]
+    assert len(day) == 1 and re.search(r"train\.steps=\d+ would take about a day", day[0])
     assert abs(fit - n_train / 4) <= 0.01 * n_train
 
 
@@ -108,3 +114,30 @@ def test_a_teacher_that_does_not_fit_the_card_gets_the_mode_that_would(tmp_path)
     small = {"cpus": 4, "ram_available_bytes": 6 << 30, "gpus": []}
     warned = make_plan(Project.open(project.root), hw=small)["warnings"]
     assert any(re.search(r"weights take ~9\.0 GB and 6\.0 GB of RAM", w) for w in warned)
+
+
+def test_the_placement_follows_the_teachers_rules(tmp_path):
+    """teacher_mode auto: resident when the card holds the weights + 3 GiB, else offloaded; LLaDA's
+    sequential placement fills the chosen card, then the next, then RAM."""
+    from trainer_core.plan_estimate import placement
+    project = Project.create(tmp_path / "m", "qwen3vl_mageflow")
+    teacher = project.pack.resolve_material(project, "teacher")
+    teacher.mkdir(parents=True)
+    with open(teacher / "model-00001-of-00001.safetensors", "wb") as f:
+        f.truncate(8 << 30)
+    big = {"cpus": 16, "ram_available_bytes": 64 << 30, "gpus": [{"index": 0, "name": "RTX 4090", "memory_bytes": 24 << 30}]}
+    small = {**big, "gpus": [{"index": 0, "name": "RTX 4070", "memory_bytes": 12 << 30}]}
+    text, vram = placement(Project.open(project.root), big)
+    assert "→ gpu" in text and vram == {0: 8 << 30}
+    text, vram = placement(Project.open(project.root), small)
+    assert "→ offload" in text and vram[0] < 8 << 30
+    llada = Project.create(tmp_path / "l", "llada_image")
+    root = llada.pack.resolve_material(llada, "teacher")
+    root.mkdir(parents=True)
+    with open(root / "model.safetensors", "wb") as f:
+        f.truncate(34 << 30)
+    two = {**big, "gpus": [{"index": 0, "name": "RTX 4090", "memory_bytes": 24 << 30},
+                           {"index": 1, "name": "RTX 3090", "memory_bytes": 24 << 30}]}
+    text, vram = placement(Project.open(llada.root), two)
+    assert vram == {0: int(22.5 * 2**30), 1: (34 << 30) - int(22.5 * 2**30)}        # 22.5 GiB, then 11.5 GiB
+    assert "placement=sequential" in text and "in CPU RAM" not in text

@@ -12,7 +12,8 @@ Two sources, named in every figure:
   evaluation by the samples they read. Cached in `calibration.json` under a key of the settings
   and the materials, so a changed setting asks for a new one.
 * **estimate**: without a calibration, the disk from the pack's shapes (shards, checkpoints, the
-  GGUF) and no timings — the plan says so instead of guessing hours.
+  GGUF) and rough times and memory from FLOPs and the benches' throughputs (plan_estimate.py),
+  each figure saying it is rough (±4×).
 
 `plan.json` keeps the calibrated plan a run starts under; `status.planned_vs_actual` sets it beside
 the stage times the driver recorded in state.json.
@@ -34,6 +35,8 @@ from trainer_core.base.atomic import atomic_write_json, read_json
 from trainer_core.base.diskspace import free_bytes, human
 from trainer_core.base.errors import TrainerError
 from trainer_core.contract import checkpoints
+from trainer_core.plan_estimate import SOURCE as ESTIMATE
+from trainer_core.plan_estimate import placement, rough_stages, teacher_bytes
 from trainer_core.project import Project, last_project, remember_last_project, settings_from_dict
 from trainer_core.runner import child_env
 from trainer_core.stages import STAGE_NAMES
@@ -246,6 +249,7 @@ def _adapter_params(project: Project) -> int:
 def make_plan(project: Project, hw: dict[str, Any] | None = None) -> dict[str, Any]:
     """The plan in the JSON shape of `gguf-trainer plan --json` (module text)."""
     hw = hw or hardware()
+    where = placement(project, hw)
     cal = read_json(project.root / CALIBRATION_FILE, None)
     calibrated = isinstance(cal, dict) and cal.get("key") == settings_key(project)
     n_train, n_val = _samples(project)
@@ -279,48 +283,25 @@ def make_plan(project: Project, hw: dict[str, Any] | None = None) -> dict[str, A
                                   src)
         stages["eval"] = _stage(max(0.0, s["eval"] - cal["val_s"]) + val_real, 4096, r["eval"], v.get("eval"), src)
     else:
-        src = "the pack's shapes (no timings before a calibration on this machine)"
         shards = shard_disk_estimate(project)
         per = shards["per_sample"] or 0
         params = _adapter_params(project)
-        stages["corpus"] = _stage(None, 200 * (n_train + n_val), None, None, src)
-        stages["precompute_val"] = _stage(None, per * n_val, None, None, shards["source"])
-        stages["precompute_train"] = _stage(None, per * n_train, None, None, shards["source"])
-        stages["train"] = _stage(None, 2 * params * 12, None, None, src)           # weights + AdamW, last and best
-        stages["export"] = _stage(None, params * 2 * (2 if e.copy_to else 1), None, None, src)
-        stages["eval"] = _stage(None, 4096, None, None, src)
+        rough = rough_stages(project, hw, params, (n_train, n_val), where[1])
+        disk = {"corpus": 200 * (n_train + n_val), "precompute_val": per * n_val, "precompute_train": per * n_train,
+                "train": 2 * params * 12,                                       # weights + AdamW, last and best
+                "export": params * 2 * (2 if e.copy_to else 1), "eval": 4096}
+        for name, figures in rough.items():
+            stages[name] = _stage(figures["seconds"], disk[name], figures["peak_ram_bytes"],
+                                  figures["peak_vram_bytes"], ESTIMATE)
     known = [v["seconds"] for v in stages.values()]
     plan = {"stages": stages, "total_seconds": None if None in known else round(sum(known), 1),
             "total_disk_bytes": int(sum(v["disk_bytes"] for v in stages.values())),
             "peak_ram_bytes": max((v["peak_ram_bytes"] or 0 for v in stages.values()), default=0) or None,
             "peak_vram_bytes": max((v["peak_vram_bytes"] or 0 for v in stages.values()), default=0) or None,
-            "placement": _placement(project, hw), "calibrated": calibrated,
+            "placement": where[0], "calibrated": calibrated,
             "warnings": [], "key": settings_key(project)}
     plan["warnings"] = _warnings(project, plan, hw)
     return plan
-
-
-def _teacher_bytes(project: Project) -> int | None:
-    """The teacher's weights on disk (safetensors), when downloaded."""
-    try:
-        root = project.pack.resolve_material(project, "teacher")
-    except KeyError:
-        return None
-    if root is None or not root.exists():
-        return None
-    return sum(p.stat().st_size for p in root.rglob("*.safetensors")) or None
-
-
-def _placement(project: Project, hw: dict[str, Any]) -> str:
-    p = project.settings.precompute
-    mode = getattr(p, project.pack.teacher_control, "auto")
-    if project.settings.precompute.mock_teacher:
-        return "mock teacher (synthetic targets): nothing to place"
-    if not hw["gpus"] or p.device == "cpu":
-        return f"teacher and student on the CPU ({hw['cpus']} cores); training on {project.settings.train.device}"
-    gpu = hw["gpus"][0]
-    return (f"teacher {project.pack.teacher_control}={mode} on GPU {gpu['index']} ({gpu['name']}, "
-            f"{human(gpu['memory_bytes'])}); training on {project.settings.train.device}")
 
 
 def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> list[str]:
@@ -336,7 +317,7 @@ def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> lis
         out.append(f"Not enough disk: the run writes ~{human(plan['total_disk_bytes'])} but {human(free)} is free "
                    f"at {project.root}; the largest corpus that fits is about {fit} train samples "
                    f"({key}={fit}), or free space first.")
-    weights = _teacher_bytes(project)
+    weights = teacher_bytes(project)
     if weights and not project.settings.precompute.mock_teacher:
         mode = getattr(project.settings.precompute, project.pack.teacher_control, "auto")
         need = weights + 3 * 2**30
