@@ -141,3 +141,14 @@ def test_the_placement_follows_the_teachers_rules(tmp_path):
     text, vram = placement(Project.open(llada.root), two)
     assert vram == {0: int(22.5 * 2**30), 1: (34 << 30) - int(22.5 * 2**30)}        # 22.5 GiB, then 11.5 GiB
     assert "placement=sequential" in text and "in CPU RAM" not in text
+
+
+def test_a_long_precompute_says_which_corpus_takes_a_day(tmp_path):
+    project = Project.create(tmp_path / "p", "t5xxl_pixart")       # T5-XXL over 120k prompts on 64 CPU cores
+    plan = make_plan(project, hw={"cpus": 64, "ram_available_bytes": 64 << 30, "gpus": []})
+    train_s, val_s = (plan["stages"][f"precompute_{s}"]["seconds"] for s in ("train", "val"))
+    n_train = project.settings.corpus.n_train
+    fit = int((plan_mod.LONG_TRAIN_S - val_s) / (train_s / n_train))
+    said = [w for w in plan["warnings"] if w.startswith("Precompute takes")]
+    assert train_s + val_s > plan_mod.LONG_TRAIN_S > val_s and 0 < fit < n_train
+    assert len(said) == 1 and f"a corpus of about {fit} (corpus.n_train={fit}) would take a day" in said[0]

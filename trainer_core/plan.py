@@ -337,6 +337,13 @@ def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> lis
         steps = int(LONG_TRAIN_S / per)
         out.append(f"Training takes ~{seconds / 3600:.0f} h; train.steps={steps} would take about a day "
                    f"(the schedule follows a changed count at any time).")
+    pre = [plan["stages"][f"precompute_{s}"]["seconds"] for s in ("train", "val")]
+    if pre[0] and sum(pre) > LONG_TRAIN_S:
+        per = pre[0] / max(n_train, 1)
+        fit = int(max(0.0, LONG_TRAIN_S - (pre[1] or 0)) / per)
+        key = "corpus.n_image" if project.pack.corpus_kind == "image" else "corpus.n_train"
+        out.append(f"Precompute takes ~{sum(pre) / 3600:.0f} h for {n_train} train samples; a corpus of about {fit} "
+                   f"({key}={fit}) would take a day.")
     return out
 
 
