@@ -152,3 +152,15 @@ def test_a_long_precompute_says_which_corpus_takes_a_day(tmp_path):
     said = [w for w in plan["warnings"] if w.startswith("Precompute takes")]
     assert train_s + val_s > plan_mod.LONG_TRAIN_S > val_s and 0 < fit < n_train
     assert len(said) == 1 and f"a corpus of about {fit} (corpus.n_train={fit}) would take a day" in said[0]
+
+
+def test_a_calibration_whose_stage_fails_says_why_and_keeps_its_log(tmp_path):
+    from trainer_core.base.errors import TrainerError
+    project = Project.create(tmp_path / "p", "t5xxl_pixart")
+    project.update_settings(["corpus.presets=[]"])                  # nothing to read: the corpus stage fails
+    with pytest.raises(TrainerError) as e:
+        calibrate(Project.open(project.root))
+    log = project.root / ".calibration" / "pipeline.log"
+    assert "calibration's corpus stage failed" in str(e.value) and str(log) in str(e.value)
+    assert log.is_file() and "corpus" in log.read_text()
+    assert not (project.root / plan_mod.CALIBRATION_FILE).exists()

@@ -124,10 +124,9 @@ def _run_stage(scratch: Project, stage: str) -> tuple[float, int]:
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        state = scratch.read_state()
-        raise TrainerError(f"The calibration's {stage} stage failed ({state.get('error') or 'see '}"
-                           f"{'' if state.get('error') else str(scratch.pipeline_log)}); the plan cannot measure "
-                           "this machine until the stage runs.")
+        error = scratch.read_state().get("error") or "no message"
+        raise TrainerError(f"The calibration's {stage} stage failed ({error}; its log is {scratch.pipeline_log}); "
+                           "the plan cannot measure this machine until the stage runs.")
     return time.monotonic() - started, int(usage.ru_maxrss) * 1024
 
 
@@ -177,32 +176,29 @@ def _vram_peaks(scratch: Project) -> dict[str, int]:
 
 
 def calibrate(project: Project, say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
-    """Run every stage on a scratch copy (see the module text); the measurements, cached."""
+    """Run every stage on a scratch copy (see the module text); the measurements, cached. A stage that
+    fails leaves the scratch copy for its log to be read (the next calibration starts it afresh)."""
     scratch = _scratch(project)
-    try:
-        seconds, rss = {}, {}
-        for stage in STAGE_NAMES:
-            say(f"calibrating {stage} …")
-            seconds[stage], rss[stage] = _run_stage(scratch, stage)
-        n_train, n_val = _samples(scratch)
-        step_s, val_s = _train_rates(scratch)
-        shards = {split: [p for p in scratch.shards_dir(split).glob(f"{split}-*.safetensors")]
-                  for split in ("train", "val")}
-        out = scratch.output_dir()
-        record = {
-            "key": settings_key(project), "time": time.time(), "samples": {"train": n_train, "val": n_val},
-            "shard_size": scratch.settings.precompute.shard_size, "seconds": seconds, "rss": rss,
-            "step_s": step_s, "val_s": val_s, "steps": CAL_STEPS, "val_every": CAL_VAL_EVERY,
-            "vram": _vram_peaks(scratch),
-            "bytes": {"corpus": _folder_bytes(scratch.data_dir), "shards": sum(_folder_bytes(p) for s in shards.values()
-                                                                                for p in s),
-                      "checkpoints": sum(_folder_bytes(checkpoints.weights_path(scratch, which))
-                                         for which in (checkpoints.LAST, checkpoints.BEST)),
-                      "export": _folder_bytes(out), "fitted": sum(_folder_bytes(p) for p in scratch.root.glob("*.pt")),
-                      "logs": _folder_bytes(scratch.events_jsonl) + _folder_bytes(scratch.pipeline_log)},
-        }
-    finally:
-        shutil.rmtree(scratch.root, ignore_errors=True)
+    seconds, rss = {}, {}
+    for stage in STAGE_NAMES:
+        say(f"calibrating {stage} …")
+        seconds[stage], rss[stage] = _run_stage(scratch, stage)
+    n_train, n_val = _samples(scratch)
+    step_s, val_s = _train_rates(scratch)
+    shards = [p for split in ("train", "val") for p in scratch.shards_dir(split).glob(f"{split}-*.safetensors")]
+    record = {
+        "key": settings_key(project), "time": time.time(), "samples": {"train": n_train, "val": n_val},
+        "shard_size": scratch.settings.precompute.shard_size, "seconds": seconds, "rss": rss,
+        "step_s": step_s, "val_s": val_s, "steps": CAL_STEPS, "val_every": CAL_VAL_EVERY,
+        "vram": _vram_peaks(scratch),
+        "bytes": {"corpus": _folder_bytes(scratch.data_dir), "shards": sum(_folder_bytes(p) for p in shards),
+                  "checkpoints": sum(_folder_bytes(checkpoints.weights_path(scratch, which))
+                                     for which in (checkpoints.LAST, checkpoints.BEST)),
+                  "export": _folder_bytes(scratch.output_dir()),
+                  "fitted": sum(_folder_bytes(p) for p in scratch.root.glob("*.pt")),
+                  "logs": _folder_bytes(scratch.events_jsonl) + _folder_bytes(scratch.pipeline_log)},
+    }
+    shutil.rmtree(scratch.root, ignore_errors=True)
     atomic_write_json(project.root / CALIBRATION_FILE, record)
     return record
 
