@@ -129,7 +129,8 @@ def test_logs_follow_the_newest_line_and_hardware_is_filled_on_opening(ctx, brow
     # a log longer than the box (28 lines), with raw tqdm bars in it
     append(0, 60, _tqdm_run("Loading weights", 20) + "Writing model shards: 45%|####5     | 9/20 [00:01<00:02, 5.2it/s]\n"
            "Writing model shards: 100%|##########| 20/20 [00:02<00:00, 5.2it/s]\n")
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])       # a load the Hardware tab must see
+    # a load the Hardware tab must see; it ends by itself too, should this test be killed before its cleanup
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 600\nwhile time.time() < end: pass"])
     ARTIFACTS.mkdir(exist_ok=True)
     app, url = serve(ctx, port=free_port(), open_browser=False, block=False)
     try:

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from trainer_core.base.errors import DiskFullError
 import torch
 
 from conftest import REPO, copy_project, demo_with_corpus
@@ -171,7 +173,7 @@ def test_a_crash_while_writing_leaves_no_shard(demo, monkeypatch):
         Path(filename).write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\"")  # a header cut short
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(safetensors.torch, "save_file", half_write)
-    with pytest.raises(OSError):
+    with pytest.raises(DiskFullError, match="No space left on .* while writing val-00000.safetensors"):
         precompute.run(demo, ListReport(), split="val")
     assert shard_files(demo, "val") == [] and list(demo.shards_dir("val").iterdir()) == [demo.shards_dir("val") / "CONTRACT"]
 
