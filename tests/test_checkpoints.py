@@ -1,6 +1,7 @@
 """contract/checkpoints.py: names, the typed sidecar (old and new), format checks, kept steps."""
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -95,10 +96,11 @@ def test_a_checkpoint_that_does_not_read_back_never_replaces_the_previous_one(pr
     checkpoints.save(project, LAST, _record(5), Sidecar(trained_steps=5))
     real_save = torch.save
 
-    def truncated_save(obj, path):           # a write that went wrong: half the bytes
-        real_save(obj, path)
-        data = open(path, "rb").read()
-        open(path, "wb").write(data[: len(data) // 2])
+    def truncated_save(obj, f):              # a write that went wrong: half the bytes (save writes to a file object)
+        buf = io.BytesIO()
+        real_save(obj, buf)
+        data = buf.getvalue()
+        f.write(data[: len(data) // 2])
     monkeypatch.setattr(torch, "save", truncated_save)
     with pytest.raises(checkpoints.DamagedCheckpointError, match="does not read back.*previous last.pt is kept"):
         checkpoints.save(project, LAST, _record(6), Sidecar(trained_steps=6))
