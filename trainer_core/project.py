@@ -280,17 +280,8 @@ class Project:
 
     def archive_work(self) -> list[Path]:
         """Move shards/ and checkpoints/ aside (`<name>.stale-<time>`); returns where they went."""
-        moved = []
-        for folder in (self.root / "shards", self.checkpoints_dir):
-            if folder.is_dir() and any(folder.iterdir()):
-                target = self.root / f"{folder.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
-                n = 1
-                while target.exists():
-                    n += 1
-                    target = self.root / f"{folder.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
-                folder.rename(target)
-                moved.append(target)
-        return moved
+        from trainer_core.contract.checkpoints import move_aside
+        return [t for t in (move_aside(f) for f in (self.root / "shards", self.checkpoints_dir)) if t is not None]
 
     # ------------------------------------------------------------ state
     def read_state(self) -> dict[str, Any]:

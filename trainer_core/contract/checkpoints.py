@@ -260,15 +260,19 @@ def remove_temps(project: "Project") -> list[Path]:
     return gone
 
 
-def archive(project: "Project") -> Path | None:
-    """Move checkpoints/ aside to checkpoints.stale-<time> (its shards were discarded)."""
-    folder = project.checkpoints_dir
+def move_aside(folder: Path) -> Path | None:
+    """Rename a non-empty folder to `<name>.stale-<time>[-n]` beside it; None when there is nothing."""
     if not folder.is_dir() or not any(folder.iterdir()):
         return None
-    target = project.root / f"checkpoints.stale-{time.strftime('%Y%m%d-%H%M%S')}"
-    n = 1
+    stamp = time.strftime('%Y%m%d-%H%M%S')
+    target, n = folder.with_name(f"{folder.name}.stale-{stamp}"), 1
     while target.exists():
         n += 1
-        target = project.root / f"checkpoints.stale-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+        target = folder.with_name(f"{folder.name}.stale-{stamp}-{n}")
     folder.rename(target)
     return target
+
+
+def archive(project: "Project") -> Path | None:
+    """Move checkpoints/ aside to checkpoints.stale-<time> (its shards were discarded)."""
+    return move_aside(project.checkpoints_dir)
