@@ -34,7 +34,8 @@ from trainer_core.packs.qwen3vl.vision_data import FACTOR, MERGE, PATCH, TEMPORA
 from trainer_core.packs.rope_guard import RopeError, table_problem
 
 __all__ = ["VISION_BUDGETS", "auto_budgets", "text_weights_gib", "resolve_mode", "Qwen3VLTeacher",
-           "MockVisionTeacher", "image_batches", "PAD_ID", "VisionOut", "mrope_positions", "Qwen3VLFullTeacher"]
+           "MockVisionTeacher", "image_batches", "PAD_ID", "VisionOut", "mrope_positions", "Qwen3VLFullTeacher",
+           "load_snapshot", "check_rope"]
 
 PAD_ID = 151643                     # <|endoftext|>: right padding of the teacher's batches
 _RESIDENT_HEADROOM_GIB = 3.0
@@ -88,14 +89,39 @@ def image_batches(tokens: Sequence[int], budget: int) -> list[list[int]]:
 Spliced = Sequence[tuple[int, torch.Tensor]]      # (first slot, rows [n, dim]) per image of a sample
 
 
+def load_snapshot(root: Path, dtype: torch.dtype) -> tuple[Any, Any]:
+    """(the snapshot's tokenizer, transformers' Qwen3-VL model in `dtype`), or ModelFileError saying which."""
+    from tokenizers import Tokenizer
+    from transformers import AutoModel
+    try:
+        tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+    except Exception as e:  # noqa: BLE001 — the tokenizers library raises plain Exception subclasses
+        raise ModelFileError(f"The teacher tokenizer {root / 'tokenizer.json'} cannot be loaded ({e}); "
+                             "download Qwen/Qwen3-VL-4B-Instruct again.") from None
+    try:
+        model = AutoModel.from_pretrained(root, dtype=dtype)
+    except (OSError, ValueError, KeyError) as e:
+        raise ModelFileError(f"The Qwen3-VL teacher in {root} cannot be loaded ({type(e).__name__}: {e}); "
+                             "download Qwen/Qwen3-VL-4B-Instruct again.") from None
+    return tokenizer, model
+
+
+def check_rope(model: torch.nn.Module) -> None:
+    """Refuse a model whose rotary tables are broken (RopeError naming the modules)."""
+    bad = [(name, problem) for name, mod in model.named_modules()
+           if isinstance(getattr(mod, "inv_freq", None), torch.Tensor) and (problem := table_problem(mod.inv_freq))]
+    if bad:
+        raise RopeError(f"The teacher's rotary tables are broken ({'; '.join(f'{n}: {p}' for n, p in bad)}); "
+                        "precompute refuses to run. Update transformers.")
+
+
 class Qwen3VLTeacher:
     """The real teacher from a Qwen3-VL snapshot folder (see the module docstring)."""
 
     def __init__(self, root: str | os.PathLike, device: str | torch.device = "cpu", mode: str = "auto",
                  gpu_mem_gib: float = 0.0, dtype: torch.dtype | None = None,
                  log: Callable[[str], None] | None = None):
-        from tokenizers import Tokenizer
-        from transformers import AutoConfig, AutoModel
+        from transformers import AutoConfig
 
         self.root, self.device = Path(root), torch.device(device)
         self.notes: list[str] = []
@@ -113,25 +139,12 @@ class Qwen3VLTeacher:
         self.vis_dim, self.out_dim = int(vision.out_hidden_size), int(text.hidden_size)
         self.mode = resolve_mode(mode, self.device, gpu_mem_gib, text_weights_gib(self.root))
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-        try:
-            self.tokenizer = Tokenizer.from_file(str(self.root / "tokenizer.json"))
-        except Exception as e:  # noqa: BLE001 — the tokenizers library raises plain Exception subclasses
-            raise ModelFileError(f"The teacher tokenizer {self.root / 'tokenizer.json'} cannot be loaded ({e}); "
-                                 "download Qwen/Qwen3-VL-4B-Instruct again.") from None
-        try:
-            model = AutoModel.from_pretrained(self.root, dtype=self.dtype)
-        except (OSError, ValueError, KeyError) as e:
-            raise ModelFileError(f"The Qwen3-VL teacher in {self.root} cannot be loaded ({type(e).__name__}: {e}); "
-                                 "download Qwen/Qwen3-VL-4B-Instruct again.") from None
+        self.tokenizer, model = load_snapshot(self.root, self.dtype)
         if not hasattr(model, "visual") or not hasattr(model, "language_model"):
             raise ModelFileError(f"{self.root} does not load as a Qwen3-VL model (no vision tower and text stack); "
                                  "download Qwen/Qwen3-VL-4B-Instruct again.")
         model.eval().requires_grad_(False)
-        bad = [(name, problem) for name, mod in model.named_modules()
-               if isinstance(getattr(mod, "inv_freq", None), torch.Tensor) and (problem := table_problem(mod.inv_freq))]
-        if bad:
-            raise RopeError(f"The teacher's rotary tables are broken ({'; '.join(f'{n}: {p}' for n, p in bad)}); "
-                            "precompute refuses to run. Update transformers.")
+        check_rope(model)
         table = model.language_model.get_input_embeddings().weight
         if self.mode == "offload":
             from accelerate import cpu_offload

@@ -21,9 +21,8 @@ from typing import Callable, Sequence
 import torch
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.packs.qwen3vl.teacher import resolve_mode, text_weights_gib
+from trainer_core.packs.qwen3vl.teacher import check_rope, load_snapshot, resolve_mode, text_weights_gib
 from trainer_core.packs.qwen3vl_flux3.template import PAD_ID, padded_batch, taps_for
-from trainer_core.packs.rope_guard import RopeError, table_problem
 
 __all__ = ["KleinTeacher", "MockKleinTeacher"]
 
@@ -34,8 +33,7 @@ class KleinTeacher:
     def __init__(self, root: str | os.PathLike, device: str | torch.device = "cpu", mode: str = "auto",
                  gpu_mem_gib: float = 0.0, dtype: torch.dtype | None = None,
                  log: Callable[[str], None] | None = None):
-        from tokenizers import Tokenizer
-        from transformers import AutoConfig, AutoModel
+        from transformers import AutoConfig
 
         self.root, self.device = Path(root), torch.device(device)
         self.notes: list[str] = []
@@ -50,16 +48,7 @@ class KleinTeacher:
         self.out_dim = self.layer_dim * len(self.taps)
         self.mode = resolve_mode(mode, self.device, gpu_mem_gib, text_weights_gib(self.root))
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-        try:
-            self.tokenizer = Tokenizer.from_file(str(self.root / "tokenizer.json"))
-        except Exception as e:  # noqa: BLE001 — the tokenizers library raises plain Exception subclasses
-            raise ModelFileError(f"The teacher tokenizer {self.root / 'tokenizer.json'} cannot be loaded ({e}); "
-                                 "download Qwen/Qwen3-VL-4B-Instruct again.") from None
-        try:
-            model = AutoModel.from_pretrained(self.root, dtype=self.dtype)
-        except (OSError, ValueError, KeyError) as e:
-            raise ModelFileError(f"The Qwen3-VL teacher in {self.root} cannot be loaded ({type(e).__name__}: {e}); "
-                                 "download Qwen/Qwen3-VL-4B-Instruct again.") from None
+        self.tokenizer, model = load_snapshot(self.root, self.dtype)
         lm = getattr(model, "language_model", None)
         if lm is None or not hasattr(lm, "layers"):
             raise ModelFileError(f"{self.root} does not load as a Qwen3-VL model (no text stack); download "
@@ -67,11 +56,7 @@ class KleinTeacher:
         del model                                  # the vision tower is never used
         lm.layers = lm.layers[:max(self.taps)]      # nor the layers past the deepest tap
         lm.eval().requires_grad_(False)
-        bad = [(name, problem) for name, mod in lm.named_modules()
-               if isinstance(getattr(mod, "inv_freq", None), torch.Tensor) and (problem := table_problem(mod.inv_freq))]
-        if bad:
-            raise RopeError(f"The teacher's rotary tables are broken ({'; '.join(f'{n}: {p}' for n, p in bad)}); "
-                            "precompute refuses to run. Update transformers.")
+        check_rope(lm)
         table = lm.get_input_embeddings().weight
         if self.mode == "offload":
             from accelerate import cpu_offload
