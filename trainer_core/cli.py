@@ -15,7 +15,8 @@
                                                       # ~/gguf-trainer/projects/demo/<pack folder>)
     gguf-trainer inspect FILE.gguf [--json]
     gguf-trainer infer  --adapter A.gguf (--hidden FILE | --student S.gguf --tokenizer DIR --pack ID
-                        --prompt TEXT) [--t5-ids FILE] [--vis FILE] [--out OUT] [--compare REF] [--json]
+                        --prompt TEXT) [--t5-ids FILE] [--vis FILE] [--seed-ids FILE [--vis-pos S:N,…]
+                        [--bank]] [--out OUT] [--compare REF] [--json]
     gguf-trainer [serve] [--auto-resume [--no-gui]]   # the GUI; --no-gui: only relaunch an interrupted run
 
 Errors are one sentence on stderr; exit codes: 0 ok, 1 failed, 2 bad input (unknown
@@ -167,7 +168,15 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--pack", metavar="ID", help="the pack whose template formats --prompt")
     infer.add_argument("--prompt", help="the prompt text")
     infer.add_argument("--t5-ids", metavar="FILE", help="seeded adapters: .npy or t5_ids.txt (one id a line)")
-    infer.add_argument("--vis", metavar="FILE", help="vision adapters: dense raw vision rows (.npy or raw f32)")
+    infer.add_argument("--vis", metavar="FILE",
+                       help="vision adapters: raw vision rows (.npy or raw f32); token-aligned: dense, one per "
+                            "student row; Qwen3.5 bridge: every reference's rows in image order (with --vis-pos)")
+    infer.add_argument("--seed-ids", metavar="FILE",
+                       help="Qwen3.5 bridge: the MOSS template's Qwen3.5 ids, one slot each (.npy or seed_ids.txt)")
+    infer.add_argument("--vis-pos", metavar="S:N[,S:N...]",
+                       help="Qwen3.5 bridge: first slot and slot count of each reference's run, in image order")
+    infer.add_argument("--bank", action="store_true",
+                       help="Qwen3.5 bridge: the FLUX.3 Klein bank rows instead of the MOSS slot rows")
     infer.add_argument("--out", metavar="OUT", help="write the rows: .npy, or raw f32 for any other suffix")
     infer.add_argument("--compare", metavar="REF", help="reference rows (.npy or raw f32, e.g. adapter_out.bin)")
     infer.add_argument("--json", action="store_true")

@@ -123,7 +123,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_infer(args: argparse.Namespace) -> int:
     from trainer_core.base.errors import UsageError
     from trainer_core.contract.gguf_io import read_adapter_gguf
-    from trainer_core.infer import compare_rows, read_ids, read_rows, run_adapter, save_rows
+    from trainer_core.infer import compare_rows, parse_vis_pos, read_ids, read_rows, run_adapter, save_rows
     from trainer_core.contract.losses import health_verdict
 
     adapter = read_adapter_gguf(args.adapter)
@@ -147,21 +147,26 @@ def cmd_infer(args: argparse.Namespace) -> int:
     if args.vis and not c.vis_dim:
         raise UsageError(f"--vis is only for adapters with a vision input; this one is a {c.kind}.")
     t5_ids = read_ids(args.t5_ids) if args.t5_ids else None
+    seed_ids = read_ids(args.seed_ids, "--seed-ids") if args.seed_ids else None
+    vis_pos = parse_vis_pos(args.vis_pos) if args.vis_pos else None
     vis = read_rows(args.vis, c.vis_dim, "--vis") if args.vis else None
-    rows = run_adapter(adapter, hidden, t5_ids, vis)
+    rows = run_adapter(adapter, hidden, t5_ids, vis, seed_ids=seed_ids, vis_pos=vis_pos, bank=args.bank)
     result: dict[str, Any] = {"adapter": str(adapter.path), "variant": c.kind, "input_rows": int(hidden.shape[0]),
                               "output_shape": list(rows.shape)}
+    if c.bridge:
+        result["head"] = "bank" if args.bank else "slots"
     if args.out:
         save_rows(args.out, rows)
         result["out"] = args.out
     if args.compare:
-        cmp = compare_rows(rows, read_rows(args.compare, c.out_dim, "--compare"))
+        cmp = compare_rows(rows, read_rows(args.compare, c.bank_dim if args.bank else c.out_dim, "--compare"))
         result.update(compare=args.compare, rows_compared=cmp.rows, first_row=cmp.first_row, cos=cmp.cos,
                       cos_centered=cmp.cos_centered, rel_mse=cmp.rel_mse, verdict=health_verdict(cmp.cos_centered))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{result['variant']} adapter: {result['input_rows']} student rows -> output "
+    head = f" ({result['head']})" if c.bridge else ""
+    print(f"{result['variant']} adapter: {result['input_rows']} student rows -> output{head} "
           f"{result['output_shape'][0]} x {result['output_shape'][1]}")
     if args.out:
         print(f"wrote {args.out}")

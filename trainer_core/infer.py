@@ -4,6 +4,10 @@ For debugging a deployment: feed the adapter either the student states the engin
 (`SD_DUMP_COND` writes qwen_hidden.bin, t5_ids.txt and adapter_out.bin: raw little-endian
 f32, one row after another) or a prompt through the pack's template and the student, then
 compare the rows with the engine's adapter_out.bin or a teacher context.bin.
+
+The Qwen3.5 bridge takes more: the Qwen3.5 ids of its MOSS template (one slot each), the raw
+vision embeds of the references with the slots each reference's run starts at, and which head
+to read — the slot rows MOSS-Image receives, or with `bank` the FLUX.3 Klein bank rows.
 """
 from __future__ import annotations
 
@@ -16,9 +20,12 @@ import torch
 
 from trainer_core.base.atomic import atomic_write_bytes
 from trainer_core.base.errors import ModelFileError, UsageError
+from trainer_core.contract.adapter import AdapterConfig
+from trainer_core.contract.bridge import BANK_PREFIX, BANK_SUFFIX, bank_length
 from trainer_core.contract.gguf_io import AdapterFile
 
-__all__ = ["read_rows", "read_ids", "run_adapter", "compare_rows", "Comparison", "save_rows"]
+__all__ = ["read_rows", "read_ids", "parse_vis_pos", "bridge_inputs", "run_adapter", "compare_rows", "Comparison",
+           "save_rows"]
 
 
 def read_rows(path: str | os.PathLike, width: int, what: str) -> np.ndarray:
@@ -48,29 +55,111 @@ def read_rows(path: str | os.PathLike, width: int, what: str) -> np.ndarray:
     return array
 
 
-def read_ids(path: str | os.PathLike) -> list[int]:
-    """Token ids from a .npy array or a text file with one id a line (the engine's t5_ids.txt)."""
+def read_ids(path: str | os.PathLike, option: str = "--t5-ids") -> list[int]:
+    """Token ids from a .npy array or a text file with one id a line (the engine's t5_ids.txt,
+    seed_ids.txt); `option` names the command-line option in the messages."""
     path = Path(path)
     try:
         if path.suffix.lower() == ".npy":
             return [int(x) for x in np.load(path, allow_pickle=False).reshape(-1)]
         lines = path.read_text(encoding="utf-8").split()
     except FileNotFoundError:
-        raise ModelFileError(f"{path} (--t5-ids) does not exist; check the path.") from None
+        raise ModelFileError(f"{path} ({option}) does not exist; check the path.") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise ModelFileError(f"{path} (--t5-ids) is not a list of token ids ({e}).") from None
+        raise ModelFileError(f"{path} ({option}) is not a list of token ids ({e}).") from None
     try:
         return [int(x) for x in lines]
     except ValueError:
         bad = next(x for x in lines if not x.lstrip("-").isdigit())
-        raise ModelFileError(f'{path} (--t5-ids) holds "{bad}", which is not a token id; one id a line.') from None
+        raise ModelFileError(f'{path} ({option}) holds "{bad}", which is not a token id; one id a line.') from None
+
+
+def parse_vis_pos(text: str) -> list[tuple[int, int]]:
+    """"S:N[,S:N…]" → [(first slot, slot count)] of each reference's run, in image order."""
+    runs = []
+    for item in text.split(","):
+        start, sep, count = item.strip().partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            runs.append((int(start), int(count)))
+        except ValueError:
+            raise UsageError(f'--vis-pos "{item.strip()}" is not START:COUNT; give each reference\'s first slot '
+                             f'and slot count, comma-separated (e.g. 4:192,200:256).') from None
+    return runs
+
+
+def bridge_inputs(c: AdapterConfig, hidden: np.ndarray, seed_ids: list[int] | None, vis: np.ndarray | None,
+                  vis_pos: list[tuple[int, int]] | None, bank: bool) -> dict[str, torch.Tensor]:
+    """The Bridge's keyword inputs for one sample, batch 1, as the engine builds them: seed_ids [1, P];
+    vis_slot [1, P, vis] (reference k's rows under slots S_k … S_k + N_k − 1, zeros elsewhere) and
+    vis_kv [1, V, vis] (every row, in image order); for the FLUX.3 bank of a prompt-aligned adapter,
+    bank_hidden [1, n_bank, in] with row 3 + i = student row i, zeros elsewhere."""
+    if seed_ids is None:
+        raise UsageError("This adapter seeds one slot per Qwen3.5 template token: pass the template's ids with "
+                         "--seed-ids (the engine's seed_ids.txt or a .npy).")
+    P = len(seed_ids)
+    if not 1 <= P <= c.max_slots:
+        raise UsageError(f"--seed-ids has {P} ids but this adapter takes 1 to {c.max_slots}; a longer template "
+                         f"needs smaller references (the engine's vlm_max_size=512).")
+    if min(seed_ids) < 0 or max(seed_ids) >= c.seed_vocab:
+        bad = next(i for i in seed_ids if not 0 <= i < c.seed_vocab)
+        raise UsageError(f"--seed-ids holds the id {bad}, outside the adapter's seed table (0..{c.seed_vocab - 1}).")
+    if (vis is None) != (vis_pos is None):
+        raise UsageError("--vis and --vis-pos go together: the raw vision rows of every reference, and the slot "
+                         "start and count of each reference's run (S:N,…).")
+    out = {"seed_ids": torch.tensor([seed_ids])}
+    if vis is not None and vis_pos is not None:
+        if sum(n for _, n in vis_pos) != vis.shape[0]:
+            raise UsageError(f"--vis-pos places {sum(n for _, n in vis_pos)} vision rows but --vis holds "
+                             f"{vis.shape[0]}; the counts must add up to the rows of --vis.")
+        vis_slot = np.zeros((P, vis.shape[1]), np.float32)
+        row, end = 0, 0
+        for k, (start, count) in enumerate(vis_pos, 1):
+            if start < 0 or count < 1 or start + count > P:
+                raise UsageError(f"--vis-pos run {k} ({start}:{count}) is not inside the {P} template slots of "
+                                 f"--seed-ids; each run needs 0 ≤ START and START + COUNT ≤ {P}, COUNT ≥ 1.")
+            if start < end:
+                raise UsageError(f"--vis-pos run {k} ({start}:{count}) starts before run {k - 1} ends (slot {end}); "
+                                 f"the runs come in image order and do not overlap.")
+            vis_slot[start:start + count] = vis[row:row + count]
+            row, end = row + count, start + count
+        out.update(vis_slot=torch.from_numpy(vis_slot)[None], vis_kv=torch.from_numpy(vis)[None])
+    if bank and not c.n_bank:
+        raise UsageError("--bank reads the FLUX.3 Klein bank, and this adapter has none (FLUX.3 refuses it).")
+    if bank and c.bank_align:
+        bank_hidden = np.zeros((c.n_bank, hidden.shape[1]), np.float32)
+        body = hidden[:max(0, c.n_bank - BANK_PREFIX)]
+        bank_hidden[BANK_PREFIX:BANK_PREFIX + body.shape[0]] = body
+        out["bank_hidden"] = torch.from_numpy(bank_hidden)[None]
+    return out
 
 
 def run_adapter(adapter: AdapterFile, hidden: np.ndarray, t5_ids: list[int] | None = None,
-                vis: np.ndarray | None = None) -> np.ndarray:
-    """The adapter on one sequence of student states, batch 1 and no mask, as the engine runs it."""
+                vis: np.ndarray | None = None, *, seed_ids: list[int] | None = None,
+                vis_pos: list[tuple[int, int]] | None = None, bank: bool = False) -> np.ndarray:
+    """The adapter on one sequence of student states, batch 1 and no mask, as the engine runs it.
+
+    `vis` is dense (one row per student row) for token-aligned adapters and the raw rows of every
+    reference for the bridge (placed by `vis_pos`). The bridge returns its slot rows [P, out_dim]
+    (MOSS-Image; the bank runs without the student's rows), or with `bank` the Klein bank rows the
+    engine hands FLUX.3: all n_bank of a caption bank, the first min(n_bank, ceil80(3 + L + 5)) of a
+    prompt-aligned one (L = the student's rows, the raw prompt's tokens)."""
     c = adapter.config
     h = torch.from_numpy(hidden).unsqueeze(0)                                  # [1, L, in]
+    if c.bridge:
+        if t5_ids is not None:
+            raise UsageError(f"--t5-ids is only for seeded resamplers; this adapter ({c.kind}) takes --seed-ids.")
+        kwargs = bridge_inputs(c, hidden, seed_ids, vis, vis_pos, bank)
+        with torch.no_grad():
+            bank_rows, slot_rows = adapter.model(h, None, **kwargs)           # [1, n_bank, bank_dim], [1, P, out]
+        if not bank:
+            return slot_rows[0].numpy()
+        keep = bank_length(BANK_PREFIX + hidden.shape[0] + BANK_SUFFIX, c.n_bank) if c.bank_align else c.n_bank
+        return bank_rows[0, :keep].numpy()
+    for given, option in ((seed_ids, "--seed-ids"), (vis_pos, "--vis-pos"), (bank or None, "--bank")):
+        if given is not None:
+            raise UsageError(f"{option} is only for Qwen3.5 bridge adapters; this one is a {c.kind}.")
     kwargs = {}
     if c.kind == "seeded_resampler":
         if t5_ids is None:

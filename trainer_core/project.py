@@ -51,7 +51,8 @@ TOKEN_KEY = "hf_token"           # a setting kept out of project.json (base/toke
 # settings whose change makes a project's shards stale (the pack, the synthetic targets, the student's and
 # the teacher's files), and with them the checkpoints trained on them
 INVALIDATING = ("pack", "precompute.mock_teacher")
-INVALIDATING_MATERIALS = ("materials.student.", "materials.student_tokenizer.", "materials.teacher.")
+INVALIDATING_MATERIALS = ("materials.student.", "materials.student_tokenizer.", "materials.teacher.",
+                          "materials.klein_encoder.")
 
 
 def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -270,7 +271,8 @@ class Project:
         _, after = apply_assignments(self.settings.to_dict(), assignments)
         b, a = _flat(self.settings.to_dict()), _flat(after.to_dict())
         changed = [f"{key} ({b.get(key)} → {a.get(key)})" for key in sorted(set(a) | set(b))
-                   if (key in INVALIDATING or key.startswith(INVALIDATING_MATERIALS)) and a.get(key) != b.get(key)]
+                   if (key in INVALIDATING or key in self.pack.invalidating or key.startswith(INVALIDATING_MATERIALS))
+                   and a.get(key) != b.get(key)]
         shards = [p for split in ("train", "val") if self.shards_dir(split).is_dir()
                   for p in self.shards_dir(split).glob("*.safetensors")]
         work = ([f"{len(shards)} precomputed shard(s) in {self.root / 'shards'}"] if shards else []) + (

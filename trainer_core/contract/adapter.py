@@ -9,6 +9,9 @@ Four kinds cover the five packs:
     token_aligned_layerwise  FLUX.3 Klein: position i → the teacher's stack of tapped layers at row i
                              (n_taps × layer_dim), a skip path; `layer_map` (the tap numbers, f32) is
                              how the engine tells it apart and counts the layers
+    qwen35_bridge            Qwen3.5 bridge (MOSS-Image, FLUX.3's upsampler): one seeded slot per
+                             Qwen3.5 template token, plus an optional fixed bank for FLUX.3 Klein;
+                             `slot_query` without `cap_query` is how the engine tells it apart
 
 Building blocks: separate q/k/v/o linears with bias, head_dim 64, LayerNorm eps 1e-5,
 exact (erf) GELU, pre-LN blocks; state_dict names and registration order are the GGUF's
@@ -26,17 +29,18 @@ from torch import nn
 
 __all__ = [
     "HEAD_DIM", "LN_EPS", "KINDS", "STANDARDIZED_KINDS", "AdapterConfig", "Attention",
-    "ResamplerBlock", "TokenBlock", "Resampler", "TokenAligned", "Layerwise", "build_adapter",
+    "ResamplerBlock", "TokenBlock", "Resampler", "TokenAligned", "Layerwise", "Bridge", "build_adapter",
     "count_parameters", "expected_tensor_count",
 ]
 
 HEAD_DIM = 64
 LAYERWISE = "token_aligned_layerwise"
+BRIDGE = "qwen35_bridge"
 TOKEN_KINDS = frozenset({"token_aligned_vision", LAYERWISE})
 LN_EPS = 1e-5
-KINDS = ("resampler", "seeded_resampler", "token_aligned_vision", "token_aligned_layerwise")
+KINDS = ("resampler", "seeded_resampler", "token_aligned_vision", "token_aligned_layerwise", "qwen35_bridge")
 # trained on (t − μ)/σ; the export folds μ, σ back in
-STANDARDIZED_KINDS = frozenset({"resampler", "token_aligned_layerwise"})
+STANDARDIZED_KINDS = frozenset({"resampler", "token_aligned_layerwise", "qwen35_bridge"})
 
 
 @dataclass(frozen=True)
@@ -48,19 +52,30 @@ class AdapterConfig:
     depth: int = 6
     mlp_hidden: int = 0         # 0 = 4·width
     num_queries: int = 0        # resampler kinds
-    seed_vocab: int = 0         # seeded_resampler: rows of t5_embed
-    vis_dim: int = 0            # token_aligned_vision: raw mmproj width
+    seed_vocab: int = 0         # seeded_resampler: rows of t5_embed; qwen35_bridge: rows of seed_embed
+    vis_dim: int = 0            # token_aligned_vision, qwen35_bridge: raw mmproj width
     has_vis_in: bool = True     # token_aligned_vision: raw-vision injection (the engine allows it off)
     has_skip: bool = True       # token_aligned_vision: skip path (the engine allows it off)
     taps: tuple[int, ...] = ()  # token_aligned_layerwise: the teacher layers stacked, ascending (layer_map)
+    max_slots: int = 0          # qwen35_bridge: rows of slot_query (the longest template it takes)
+    seed_rank: int = 0          # qwen35_bridge: columns of the frozen seed table
+    n_bank: int = 0             # qwen35_bridge: rows of the fixed (FLUX.3 Klein) bank, 0 = none
+    bank_dim: int = 0           # qwen35_bridge: width of a bank row (8 × 2560)
+    bank_align: bool = False    # qwen35_bridge: bank_in adds the student's rows to the bank (prompt target)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown adapter kind {self.kind!r}; expected one of {KINDS}")
         if self.width % HEAD_DIM or self.width <= 0:
             raise ValueError(f"adapter width must be a positive multiple of {HEAD_DIM}, got {self.width}")
-        if self.kind not in TOKEN_KINDS and self.num_queries <= 0:
+        if self.kind not in TOKEN_KINDS and self.kind != BRIDGE and self.num_queries <= 0:
             raise ValueError(f"a {self.kind} needs num_queries > 0")
+        if self.kind == BRIDGE:
+            for name in ("max_slots", "seed_vocab", "seed_rank", "vis_dim"):
+                if getattr(self, name) <= 0:
+                    raise ValueError(f"a {BRIDGE} adapter needs {name} > 0")
+            if self.n_bank and self.bank_dim <= 0:
+                raise ValueError(f"a {BRIDGE} adapter with a bank needs bank_dim > 0")
         if self.kind == "seeded_resampler" and self.seed_vocab <= 0:
             raise ValueError("a seeded_resampler needs seed_vocab > 0")
         object.__setattr__(self, "taps", tuple(int(t) for t in self.taps) if self.kind == LAYERWISE else ())
@@ -71,10 +86,16 @@ class AdapterConfig:
             if self.out_dim % len(self.taps):
                 raise ValueError(f"out_dim {self.out_dim} is not {len(self.taps)} taps of equal width")
         # canonical form, so two descriptions of the same network compare equal
-        canon = {"mlp_hidden": self.mlp_hidden or 4 * self.width}
-        if self.kind != "seeded_resampler":
+        canon: dict[str, Any] = {"mlp_hidden": self.mlp_hidden or 4 * self.width}
+        if self.kind not in ("seeded_resampler", BRIDGE):
             canon["seed_vocab"] = 0
-        if self.kind == "token_aligned_vision":
+        if self.kind != BRIDGE:
+            canon.update(max_slots=0, seed_rank=0, n_bank=0, bank_dim=0, bank_align=False)
+        if self.kind == BRIDGE:       # every slot seeded and fed raw vision; no skip path
+            canon.update(num_queries=0, has_vis_in=True, has_skip=False, bank_align=bool(self.bank_align))
+            if not self.n_bank:
+                canon.update(n_bank=0, bank_dim=0, bank_align=False)
+        elif self.kind == "token_aligned_vision":
             canon["num_queries"] = 0
             canon["has_vis_in"] = bool(self.vis_dim) and self.has_vis_in
         elif self.kind == LAYERWISE:      # no vision; the skip path is part of the kind
@@ -99,6 +120,10 @@ class AdapterConfig:
     @property
     def layerwise(self) -> bool:
         return self.kind == LAYERWISE
+
+    @property
+    def bridge(self) -> bool:
+        return self.kind == BRIDGE
 
     @property
     def layer_dim(self) -> int:
@@ -154,9 +179,10 @@ class ResamplerBlock(nn.Module):
         self.ln_mlp = nn.LayerNorm(width, eps=LN_EPS)
         self.mlp = _mlp(width, mlp_hidden)
 
-    def forward(self, q: torch.Tensor, kv: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, kv: torch.Tensor, key_mask: torch.Tensor | None,
+                self_mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.ln_self(q)
-        q = q + self.self_attn(x, x)                         # queries see each other, unmasked
+        q = q + self.self_attn(x, x, self_mask)             # queries see each other (all but batch padding)
         q = q + self.cross_attn(self.ln_q(q), self.ln_kv(kv), key_mask)
         return q + self.mlp(self.ln_mlp(q))
 
@@ -265,7 +291,79 @@ class Layerwise(nn.Module):
         return self.out_proj(self.ln_out(x)) + self.skip(h)           # [B, L, n_taps · layer_dim]
 
 
+class Bridge(nn.Module):
+    """The Qwen3.5 bridge: [fixed bank ; one seeded slot per Qwen3.5 template token] read the student.
+
+    Slot i's query is slot_query[i] + seed_proj(seed_embed[id_i]) + vis_q(v_i) (v_i the raw vision
+    embed under an image slot, zeros elsewhere); bank row j's is bank_query[j], plus bank_in of the
+    student's row under it when the bank is prompt-aligned and the caller hands `bank_hidden` (the
+    engine does so only for FLUX.3, never on MOSS). Keys/values are [in_proj(h) ; vis_in(every raw
+    vision embed)]. Both banks run jointly through the resampler blocks, one ln_out, then one head
+    each: returns (bank rows [B, n_bank, bank_dim] or None, slot rows [B, P, out_dim]).
+    `seed_embed` is the frozen PCA of the teacher's embedding table (precompute fits it)."""
+
+    def __init__(self, config: AdapterConfig):
+        super().__init__()
+        c = self.config = config
+        if c.n_bank:
+            self.bank_query = nn.Parameter(torch.randn(c.n_bank, c.width) * 0.02)
+        self.slot_query = nn.Parameter(torch.randn(c.max_slots, c.width) * 0.02)
+        if c.n_bank and c.bank_align:
+            self.bank_in = nn.Linear(c.in_dim, c.width, bias=False)
+        self.seed_embed = nn.Embedding(c.seed_vocab, c.seed_rank)
+        self.seed_embed.weight.requires_grad_(False)
+        self.seed_proj = nn.Linear(c.seed_rank, c.width, bias=False)
+        self.vis_q = nn.Linear(c.vis_dim, c.width, bias=False)
+        self.in_proj = nn.Linear(c.in_dim, c.width)
+        self.vis_in = nn.Linear(c.vis_dim, c.width, bias=False)
+        self.blocks = nn.ModuleList(ResamplerBlock(c.width, c.mlp) for _ in range(c.depth))
+        self.ln_out = nn.LayerNorm(c.width, eps=LN_EPS)
+        if c.n_bank:
+            self.out_bank = nn.Linear(c.width, c.bank_dim)
+        self.out_proj = nn.Linear(c.width, c.out_dim)
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None, *, seed_ids: torch.Tensor,
+                slot_mask: torch.Tensor | None = None, vis_slot: torch.Tensor | None = None,
+                vis_kv: torch.Tensor | None = None, vis_keep: torch.Tensor | None = None,
+                bank_hidden: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """h [B, L, in] (mask [B, L]); seed_ids [B, P] (slot_mask [B, P]); vis_slot [B, P, vis];
+        vis_kv [B, V, vis] (vis_keep [B, V]); bank_hidden [B, n_bank, in]."""
+        c = self.config
+        B, P = seed_ids.shape
+        if P > c.max_slots:
+            raise ValueError(f"{P} template tokens exceed the adapter's {c.max_slots} slots")
+        kv, kv_mask = self.in_proj(h), mask
+        if vis_kv is not None and vis_kv.shape[1]:
+            kv = torch.cat([kv, self.vis_in(vis_kv)], 1)
+            if mask is not None or vis_keep is not None:
+                keep_h = mask if mask is not None else torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
+                keep_v = vis_keep if vis_keep is not None else torch.ones(vis_kv.shape[:2], dtype=torch.bool,
+                                                                          device=h.device)
+                kv_mask = torch.cat([keep_h, keep_v], 1)
+        q = self.slot_query[:P].unsqueeze(0) + self.seed_proj(self.seed_embed(seed_ids))      # [B, P, W]
+        if vis_slot is not None:
+            q = q + self.vis_q(vis_slot)
+        self_mask = slot_mask
+        if c.n_bank:
+            bank = self.bank_query.unsqueeze(0).expand(B, -1, -1)
+            if bank_hidden is not None:
+                if not hasattr(self, "bank_in"):
+                    raise ValueError("bank_hidden needs a prompt-aligned bank (bank_in)")
+                bank = bank + self.bank_in(bank_hidden)
+            q = torch.cat([bank, q], 1)
+            if slot_mask is not None:
+                self_mask = torch.cat([torch.ones(B, c.n_bank, dtype=torch.bool, device=slot_mask.device),
+                                       slot_mask], 1)
+        for block in self.blocks:
+            q = block(q, kv, kv_mask, self_mask)
+        q = self.ln_out(q)
+        bank_out = self.out_bank(q[:, :c.n_bank]) if c.n_bank else None
+        return bank_out, self.out_proj(q[:, c.n_bank:])
+
+
 def build_adapter(config: AdapterConfig) -> nn.Module:
+    if config.bridge:
+        return Bridge(config)
     if config.layerwise:
         return Layerwise(config)
     return TokenAligned(config) if config.token_aligned else Resampler(config)
@@ -276,7 +374,11 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def expected_tensor_count(config: AdapterConfig) -> int:
-    """Tensors in the state_dict (= in the GGUF): 175 / 176 / 74 / 73 at the reference sizes."""
+    """Tensors in the state_dict (= in the GGUF): 175 / 176 / 74 / 73 at the reference sizes; the
+    bridge 183 / 182 / 179 (prompt bank / caption bank / none)."""
+    if config.bridge:
+        bank = (3 + (1 if config.bank_align else 0)) if config.n_bank else 0
+        return bank + 1 + 3 + 2 + 1 + 28 * config.depth + 2 + 2
     if config.layerwise:
         return 1 + 2 + 16 * config.depth + 2 + 4
     if config.token_aligned:

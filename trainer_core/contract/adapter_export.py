@@ -2,7 +2,9 @@
 
 Used by the export stage (best.pt → <name>-f16.gguf), by snapshots (last / best / a kept step
 → <name>-step<N>-f16.gguf) and by the evaluation (the checkpoint's own output, for the
-round trip). The same checkpoint always gives the same bytes.
+round trip). The same checkpoint always gives the same bytes. The pack adds its KVs and its
+string arrays (the bridge's vocabulary; a pack that cannot provide them raises before anything
+is written).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer_core.base.atomic import atomic_path
+from trainer_core.contract.checkpoints import CheckpointError
 
 if TYPE_CHECKING:  # torch loads only when a checkpoint is really read: the CLI stays fast
     from trainer_core.project import Project
@@ -45,9 +48,15 @@ def export_checkpoint(project: Project, ck: dict[str, Any], out: Path, checkpoin
         val_cos=float(val_cos) if val_cos is not None else None,
         best_val_cos=float(best) if best is not None and math.isfinite(best) and best > -1 else None)
     pack_kvs = pack.adapter_kvs(config)
+    # "mu"/"sigma" are the (slot) head's statistics; a bridge with a bank keeps its bank's apart
     fold = {"mu": ck["mu"].float(), "sigma": ck["sigma"].float()} if config.standardized else {}
+    if config.n_bank:
+        if ck.get("mu_bank") is None or ck.get("sigma_bank") is None:
+            raise CheckpointError(f"The {checkpoint} checkpoint has a bank head but no bank statistics "
+                                  f"(mu_bank, sigma_bank); train it again with this version.")
+        fold.update(bank_mu=ck["mu_bank"].float(), bank_sigma=ck["sigma_bank"].float())
     return write_adapter_gguf(out, model, config, name=project.settings.name, pack=pack.id,
-                              provenance=provenance, pack_kvs=pack_kvs, **fold)
+                              provenance=provenance, pack_kvs=pack_kvs, arrays=pack.export_arrays(project), **fold)
 
 
 def copy_export(src: Path, folder: str) -> Path:

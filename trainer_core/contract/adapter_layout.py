@@ -2,6 +2,10 @@
 packs-contract-more Part F): the dtype rule, the tensors each variant has, and `detect_layout`,
 which infers the AdapterConfig as the engine would and lists what is wrong. No file I/O here:
 gguf_io reads and writes the files.
+
+The engine picks a runner by marker tensors before anything else: `cap_query` → the Ming runner
+(a kind gguf-trainer does not write), `slot_query` without `cap_query` → the Qwen3.5 bridge,
+`query` → the resampler family, otherwise the token-aligned runner (`layer_map`: layerwise).
 """
 from __future__ import annotations
 
@@ -16,8 +20,10 @@ from trainer_core.contract.adapter import AdapterConfig
 __all__ = ["PREFIX", "F32_2D", "FOREIGN_MARKERS", "gguf_dtype", "LayoutProblem", "detect_layout", "expected_ne"]
 
 PREFIX = "adapter."
-F32_2D = frozenset({"query", "vision_proj.weight"})
-FOREIGN_MARKERS = ("cap_query", "slot_query", "bank_query")  # the runners of kinds gguf-trainer does not write
+# 2-D tensors kept F32: the query banks (the engine converts them to f32 on load anyway) and the
+# frozen vision projection; `cap_query` is Ming's, listed for when that kind is written
+F32_2D = frozenset({"query", "vision_proj.weight", "slot_query", "bank_query", "cap_query"})
+FOREIGN_MARKERS = ("cap_query",)  # the runners of kinds gguf-trainer does not write
 
 
 def gguf_dtype(name: str, ndim: int) -> str:
@@ -53,7 +59,18 @@ def expected_ne(config: AdapterConfig) -> dict[str, tuple[int, ...]]:
         ne[f"{name}.weight"] = (W,)
         ne[f"{name}.bias"] = (W,)
 
-    if c.layerwise:
+    if c.bridge:
+        if c.n_bank:
+            ne["bank_query"] = (W, c.n_bank)
+        ne["slot_query"] = (W, c.max_slots)
+        if c.n_bank and c.bank_align:
+            linear("bank_in", c.in_dim, W, bias=False)
+        ne["seed_embed.weight"] = (c.seed_rank, c.seed_vocab)
+        linear("seed_proj", c.seed_rank, W, bias=False)
+        linear("vis_q", c.vis_dim, W, bias=False)
+        linear("in_proj", c.in_dim, W)
+        linear("vis_in", c.vis_dim, W, bias=False)
+    elif c.layerwise:
         ne["layer_map"] = (len(c.taps),)
         linear("in_proj", c.in_dim, W)
     elif c.token_aligned:
@@ -77,6 +94,8 @@ def expected_ne(config: AdapterConfig) -> dict[str, tuple[int, ...]]:
         linear(f"blocks.{i}.mlp.0", W, c.mlp)
         linear(f"blocks.{i}.mlp.2", c.mlp, W)
     norm("ln_out")
+    if c.bridge and c.n_bank:
+        linear("out_bank", W, c.bank_dim)
     linear("out_proj", W, c.out_dim)
     if c.token_aligned and c.has_skip:       # layerwise: always
         linear("skip", c.in_dim, c.out_dim)
@@ -102,6 +121,8 @@ def detect_layout(tensors: Mapping[str, tuple[tuple[int, ...], str]], layer_map:
         if marker in names:
             problems.append(LayoutProblem(f"adapter.{marker} belongs to another adapter kind; the engine "
                                           f"would run this file with a different runner"))
+    if "slot_query" in names and not any(p.fatal for p in problems):
+        return _detect_bridge(names, problems)
     has_query = "query" in names
     for name in ("skip.weight", "vision_proj.weight", "vis_in.weight"):
         if has_query and name in names:
@@ -197,9 +218,62 @@ def _detect_layerwise(names: Mapping[str, tuple[tuple[int, ...], str]], ne: Call
     return _check_expected(config, names, problems)
 
 
+def _detect_bridge(names: Mapping[str, tuple[tuple[int, ...], str]], problems: list[LayoutProblem]
+                   ) -> tuple[AdapterConfig | None, list[LayoutProblem]]:
+    """The engine's Qwen3.5 runner (Part F 2, 5): width and max_slots from slot_query, the seed table
+    from seed_embed, vis_dim from vis_in (vis_q must agree), a bank only when both bank_query and
+    out_bank exist, prompt-aligned exactly when bank_in exists (no KV is read)."""
+    def ne(name: str) -> tuple[int, ...] | None:
+        v = names.get(name)
+        return tuple(v[0]) if v else None
+
+    for required in ("slot_query", "in_proj.weight", "out_proj.weight", "blocks.0.mlp.0.weight",
+                     "seed_embed.weight", "vis_in.weight"):
+        if ne(required) is None or len(ne(required)) != 2:
+            return None, problems + [LayoutProblem(f"adapter.{required} (2-D) is missing; the engine cannot "
+                                                   f"size the Qwen3.5 bridge without it")]
+    width, max_slots = ne("slot_query")
+    if width % 64:
+        return None, problems + [LayoutProblem(f"adapter.slot_query gives width {width}, which is not a "
+                                               f"multiple of the engine's head_dim 64")]
+    vis_dim, vis_q = ne("vis_in.weight")[0], ne("vis_q.weight")
+    if vis_q is not None and vis_q[0] != vis_dim:
+        return None, problems + [LayoutProblem(f"adapter.vis_q.weight reads {vis_q[0]}-wide vision embeds but "
+                                               f"adapter.vis_in.weight {vis_dim}-wide; the engine refuses to "
+                                               f"load the file")]
+    bank_parts = ("bank_query", "out_bank.weight")
+    has_bank = all(n in names for n in bank_parts)
+    ignored: set[str] = set()
+    if not has_bank:
+        lone = [n for n in (*bank_parts, "out_bank.bias", "bank_in.weight") if n in names]
+        if lone:
+            ignored.update(lone)
+            absent = " and ".join(f"adapter.{n}" for n in bank_parts if n not in names)
+            problems.append(LayoutProblem(f"adapter.{lone[0]} without {absent}: the engine ignores "
+                                          f"{'it' if len(lone) == 1 else 'them'} and runs no bank (FLUX.3 "
+                                          f"refuses the file); gguf-trainer writes the bank tensors together",
+                                          fatal=False))
+    elif len(ne("bank_query")) != 2 or len(ne("out_bank.weight")) != 2:
+        return None, problems + [LayoutProblem("adapter.bank_query and adapter.out_bank.weight must be 2-D; the "
+                                               "engine cannot size the bank")]
+    depth = 1 + max((int(m.group(1)) for n in names if (m := _BLOCK.match(n))), default=-1)
+    try:
+        config = AdapterConfig(
+            kind="qwen35_bridge", in_dim=ne("in_proj.weight")[0], out_dim=ne("out_proj.weight")[1], width=width,
+            depth=depth, mlp_hidden=ne("blocks.0.mlp.0.weight")[1], seed_vocab=ne("seed_embed.weight")[1],
+            seed_rank=ne("seed_embed.weight")[0], vis_dim=vis_dim, max_slots=max_slots,
+            n_bank=ne("bank_query")[1] if has_bank else 0, bank_dim=ne("out_bank.weight")[1] if has_bank else 0,
+            bank_align=has_bank and "bank_in.weight" in names)
+    except ValueError as e:
+        return None, problems + [LayoutProblem(f"the tensors do not make an adapter: {e}")]
+    return _check_expected(config, names, problems, ignored)
+
+
 def _check_expected(config: AdapterConfig, names: Mapping[str, tuple[tuple[int, ...], str]],
-                    problems: list[LayoutProblem]) -> tuple[AdapterConfig | None, list[LayoutProblem]]:
-    """Every tensor the config implies, with its ne and dtype; nothing else."""
+                    problems: list[LayoutProblem], ignored: set[str] | frozenset[str] = frozenset()
+                    ) -> tuple[AdapterConfig | None, list[LayoutProblem]]:
+    """Every tensor the config implies, with its ne and dtype; nothing else (but the `ignored` tensors,
+    already reported as ones the engine skips)."""
     expected = expected_ne(config)
     for name, want in expected.items():
         got = names.get(name)
@@ -214,7 +288,7 @@ def _check_expected(config: AdapterConfig, names: Mapping[str, tuple[tuple[int, 
                 problems.append(LayoutProblem(f"adapter.{name} is {got[1]}; gguf-trainer writes {want_dtype}",
                                               fatal=got[1] not in ("F32", "F16")))
     for name in names:
-        if name not in expected:
+        if name not in expected and name not in ignored:
             problems.append(LayoutProblem(f"adapter.{name} is not part of a {config.kind} adapter; the "
                                           f"engine would ignore it"))
     if any(p.fatal for p in problems):

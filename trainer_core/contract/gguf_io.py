@@ -2,11 +2,13 @@
 
 Layout: GGUF v3, tensors named "adapter." + the state_dict name in state_dict order, ne =
 reversed torch shape (the torch row-major bytes as they are), F32 for every 1-D tensor, for
-LayerNorm tensors and for `query` / `vision_proj.weight`, F16 for every other 2-D tensor. The
-engine reads no KV: it infers the variant and every dimension from tensor names and shapes,
-so the reader here does the same and treats KVs as provenance only. The KV keys are the KV_*
-constants below; whoever reads a KV back (evaluate, inspect) names it through them. How a
-file's tensors make an adapter (the dtype rule, `detect_layout`) is adapter_layout.py.
+LayerNorm tensors and for the query banks / `vision_proj.weight`, F16 for every other 2-D tensor.
+The engine reads no adapter KV: it infers the variant and every dimension from tensor names and
+shapes, so the reader here does the same and treats KVs as provenance only. The one exception
+is the Qwen3.5 bridge's vocabulary: the engine tokenizes the MOSS template with the
+`tokenizer.ggml.*` string arrays the export writes after the adapter's KVs. The KV keys are the
+KV_* constants below; whoever reads a KV back (evaluate, inspect, the packs) names it through
+them. How a file's tensors make an adapter (the dtype rule, `detect_layout`) is adapter_layout.py.
 
 `write_gguf` is the one GGUF write sequence (header, KVs, tensors into a temp file, fsync,
 rename): the adapter export, the SigVQ export and the demo's student files all go through it.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -24,17 +27,20 @@ import torch
 from torch import nn
 
 from trainer_core.contract.adapter import AdapterConfig, build_adapter
-from trainer_core.contract.adapter_layout import PREFIX, LayoutProblem, detect_layout, gguf_dtype
+from trainer_core.contract.adapter_layout import PREFIX, LayoutProblem, detect_layout, expected_ne, gguf_dtype
 from trainer_core.base.atomic import atomic_path
 from trainer_core.base.errors import ModelFileError
 
 __all__ = [
     "PREFIX", "TRAINER", "Provenance", "fold_standardization", "gguf_dtype", "write_gguf", "write_adapter_gguf",
-    "read_adapter_gguf", "read_gguf_tensors", "read_gguf_kvs", "detect_layout", "layout_of", "LayoutProblem",
+    "read_adapter_gguf", "read_gguf_tensors", "read_gguf_kvs", "read_gguf_string_array", "detect_layout",
+    "layout_of", "LayoutProblem",
     "AdapterFile", "open_gguf", "dequantize", "GGUFTensor",
     "KV_NAME", "KV_IN_DIM", "KV_OUT_DIM", "KV_VIS_DIM", "KV_WIDTH", "KV_DEPTH", "KV_HEADS", "KV_NUM_QUERIES",
     "KV_TRAINED_STEPS", "KV_PLANNED_STEPS", "KV_CHECKPOINT", "KV_SNAPSHOT", "KV_VAL_COS", "KV_BEST_VAL_COS",
     "KV_PACK", "KV_TRAINER", "KV_KIND", "KV_LAYER_DIM", "KV_N_OUT_LAYERS", "KV_OUT_LAYERS",
+    "KV_N_BANK", "KV_BANK_DIM", "KV_BANK_ALIGN", "KV_MAX_SLOTS", "KV_SEED_RANK", "KV_SEED_VOCAB",
+    "KV_TOKENS", "KV_MERGES", "KV_TOKENIZER_MODEL", "KV_TOKENIZER_PRE", "TOKENIZER_MODEL", "TOKENIZER_PRE",
 ]
 
 TRAINER = "gguf-trainer"
@@ -49,8 +55,15 @@ KV_TRAINED_STEPS, KV_PLANNED_STEPS = "adapter.trained_steps", "adapter.planned_s
 KV_CHECKPOINT, KV_SNAPSHOT = "adapter.checkpoint", "adapter.snapshot"
 KV_VAL_COS, KV_BEST_VAL_COS = "adapter.val_cos", "adapter.best_val_cos"
 KV_PACK, KV_TRAINER = "adapter.pack", "adapter.trainer"
-KV_KIND = "adapter.kind"                    # written for the layerwise kind (the later kinds' convention)
+KV_KIND = "adapter.kind"                    # written for the layerwise and bridge kinds (not the first four)
 KV_LAYER_DIM, KV_N_OUT_LAYERS, KV_OUT_LAYERS = "adapter.layer_dim", "adapter.n_out_layers", "adapter.out_layers"
+KV_N_BANK, KV_BANK_DIM, KV_BANK_ALIGN = "adapter.n_bank", "adapter.bank_dim", "adapter.bank_align"
+KV_MAX_SLOTS, KV_SEED_RANK, KV_SEED_VOCAB = "adapter.max_slots", "adapter.seed_rank", "adapter.seed_vocab"
+# the vocabulary the engine reads from a bridge adapter (packs-contract-more D.2 §5): string arrays,
+# then the model and pre-tokenizer names it checks before using them
+KV_TOKENS, KV_MERGES = "tokenizer.ggml.tokens", "tokenizer.ggml.merges"
+KV_TOKENIZER_MODEL, KV_TOKENIZER_PRE = "tokenizer.ggml.model", "tokenizer.ggml.pre"
+TOKENIZER_MODEL, TOKENIZER_PRE = "gpt2", "qwen35"
 STUDENT_MARKER = "model.layers.0.self_attn.q_proj.weight"  # how ggk's front end recognises a student GGUF
 
 
@@ -66,28 +79,41 @@ class Provenance:
     best_val_cos: float | None = None
 
 
-def fold_standardization(state: Mapping[str, torch.Tensor], mu: torch.Tensor, sigma: torch.Tensor
+def fold_standardization(state: Mapping[str, torch.Tensor], mu: torch.Tensor, sigma: torch.Tensor,
+                         bank_mu: torch.Tensor | None = None, bank_sigma: torch.Tensor | None = None
                          ) -> dict[str, torch.Tensor]:
     """W' = diag(σ_f)·W, b' = σ_f ⊙ b + μ on out_proj, in f32: the adapter then emits teacher-scale rows.
     A skip path (layerwise) is scaled by σ_f alone, W' = diag(σ_f)·W, b' = σ_f ⊙ b: the two heads are
-    summed, so μ is added once."""
+    summed, so μ is added once. The bridge's bank head (out_bank) folds its own statistics, given
+    exactly when the state has one; (μ, σ) are then the slot (MOSS) head's."""
     out = {k: v.detach().to(torch.float32).clone() for k, v in state.items()}
-    sigma = sigma.to(torch.float32).reshape(-1)
-    mu = mu.to(torch.float32).reshape(-1)
-    w, b = out["out_proj.weight"], out["out_proj.bias"]          # [out, W], [out]
-    if w.shape[0] != sigma.numel() or mu.numel() != sigma.numel():
-        raise ValueError(f"fold: out_proj has {w.shape[0]} rows but σ has {sigma.numel()} and μ {mu.numel()}")
-    out["out_proj.weight"] = w * sigma[:, None]
-    out["out_proj.bias"] = b * sigma + mu
+    sigma = _fold_head(out, "out_proj", mu, sigma)
     if "skip.weight" in out:
         out["skip.weight"] = out["skip.weight"] * sigma[:, None]
         out["skip.bias"] = out["skip.bias"] * sigma
+    if ("out_bank.weight" in out) != (bank_mu is not None and bank_sigma is not None):
+        raise ValueError("fold: the bank head's statistics must be given exactly when the adapter has out_bank")
+    if bank_mu is not None and bank_sigma is not None:
+        _fold_head(out, "out_bank", bank_mu, bank_sigma)
     return out
 
 
+def _fold_head(state: dict[str, torch.Tensor], head: str, mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """state[head] ← (diag(σ)·W, σ ⊙ b + μ) in place; returns σ as a flat f32 vector."""
+    sigma = sigma.to(torch.float32).reshape(-1)
+    mu = mu.to(torch.float32).reshape(-1)
+    w, b = state[f"{head}.weight"], state[f"{head}.bias"]          # [out, W], [out]
+    if w.shape[0] != sigma.numel() or mu.numel() != sigma.numel():
+        raise ValueError(f"fold: {head} has {w.shape[0]} rows but σ has {sigma.numel()} and μ {mu.numel()}")
+    state[f"{head}.weight"] = w * sigma[:, None]
+    state[f"{head}.bias"] = b * sigma + mu
+    return sigma
+
+
 def _kv_items(config: AdapterConfig, name: str, pack: str, provenance: Provenance,
-              pack_kvs: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
-    """(key, value, type) in the contract's order; type ∈ u32, str, bool, f32, i32s (an INT32 array)."""
+              pack_kvs: Mapping[str, Any], arrays: Mapping[str, list[str]]) -> list[tuple[str, Any, str]]:
+    """(key, value, type) in the contract's order; type ∈ u32, str, bool, f32, i32s (an INT32 array),
+    strs (a STRING array)."""
     items: list[tuple[str, Any, str]] = [
         (KV_NAME, name, "str"),
         (KV_IN_DIM, config.in_dim, "u32"),
@@ -100,7 +126,12 @@ def _kv_items(config: AdapterConfig, name: str, pack: str, provenance: Provenanc
     if config.layerwise:
         items += [(KV_KIND, config.kind, "str"), (KV_LAYER_DIM, config.layer_dim, "u32"),
                   (KV_N_OUT_LAYERS, len(config.taps), "u32"), (KV_OUT_LAYERS, list(config.taps), "i32s")]
-    if not config.token_aligned:
+    if config.bridge:
+        items += [(KV_KIND, config.kind, "str"), (KV_N_BANK, config.n_bank, "u32"),
+                  (KV_BANK_DIM, config.bank_dim, "u32"), (KV_BANK_ALIGN, int(config.bank_align), "u32"),
+                  (KV_MAX_SLOTS, config.max_slots, "u32"), (KV_SEED_RANK, config.seed_rank, "u32"),
+                  (KV_SEED_VOCAB, config.seed_vocab, "u32"), (KV_VIS_DIM, config.vis_dim, "u32")]
+    elif not config.token_aligned:
         items.append((KV_NUM_QUERIES, config.num_queries, "u32"))
     p = provenance
     items += [(KV_TRAINED_STEPS, p.trained_steps, "u32"),
@@ -119,6 +150,9 @@ def _kv_items(config: AdapterConfig, name: str, pack: str, provenance: Provenanc
         kind = ("bool" if isinstance(value, bool) else "u32" if isinstance(value, int)
                 else "f32" if isinstance(value, float) else "str")
         items.append((key, value, kind))
+    items += [(key, list(values), "strs") for key, values in arrays.items() if key not in taken and len(values)]
+    if arrays.get(KV_TOKENS):
+        items += [(KV_TOKENIZER_MODEL, TOKENIZER_MODEL, "str"), (KV_TOKENIZER_PRE, TOKENIZER_PRE, "str")]
     return items
 
 
@@ -130,10 +164,10 @@ def write_gguf(path: str | os.PathLike, arch: str, tensors: Iterable[tuple[Any, 
 
     `tensors` yields (name, array) or (name, array, raw GGMLQuantizationType) with arrays in
     torch order; it may be a generator (reading a source the caller keeps open around the
-    call): it is consumed inside the call. `kvs` are (key, value, type) with type one
-    of u32, str, bool, f32, i32s (a list of ints, an INT32 array), written in that order after
-    general.architecture. `needs` (bytes, when the caller knows them) is checked against the free
-    space before anything is written.
+    call): it is consumed inside the call. `kvs` are (key, value, type) with type one of u32,
+    str, bool, f32, i32s (a list of ints, an INT32 array), strs (a list of str, a STRING array),
+    written in that order after general.architecture. `needs` (bytes, when the caller knows them)
+    is checked against the free space before anything is written.
     """
     import gguf
 
@@ -141,7 +175,8 @@ def write_gguf(path: str | os.PathLike, arch: str, tensors: Iterable[tuple[Any, 
     with atomic_path(path, needs=needs) as tmp:
         writer = gguf.GGUFWriter(tmp, arch=arch)
         adders = {"u32": writer.add_uint32, "str": writer.add_string, "bool": writer.add_bool,
-                  "f32": writer.add_float32, "i32s": lambda key, value: writer.add_array(key, [int(v) for v in value])}
+                  "f32": writer.add_float32, "i32s": lambda key, value: writer.add_array(key, [int(v) for v in value]),
+                  "strs": lambda key, value: writer.add_array(key, [str(v) for v in value])}
         for key, value, kind in kvs:
             adders[kind](key, value)
         for name, array, *raw in tensors:
@@ -158,17 +193,31 @@ def write_gguf(path: str | os.PathLike, arch: str, tensors: Iterable[tuple[Any, 
 def write_adapter_gguf(path: str | os.PathLike, model: nn.Module | Mapping[str, torch.Tensor],
                        config: AdapterConfig, *, name: str, pack: str, provenance: Provenance,
                        pack_kvs: Mapping[str, Any] | None = None, mu: torch.Tensor | None = None,
-                       sigma: torch.Tensor | None = None) -> Path:
+                       sigma: torch.Tensor | None = None, bank_mu: torch.Tensor | None = None,
+                       bank_sigma: torch.Tensor | None = None,
+                       arrays: Mapping[str, list[str]] | None = None) -> Path:
     """Write the adapter GGUF atomically and verify it by reading it back before the rename.
 
     `mu`/`sigma` (σ already floored) fold the standardization into out_proj; they are
-    required for kinds trained on standardized targets and refused for the others.
+    required for kinds trained on standardized targets and refused for the others;
+    `bank_mu`/`bank_sigma` fold the bridge's bank head (out_bank), exactly when it has one.
+    `arrays` are string-array KVs written after all the others (the bridge's vocabulary:
+    tokenizer.ggml.tokens and .merges, followed by tokenizer.ggml.model and .pre); a bridge
+    without them is refused, since the engine could not tokenize its template.
     """
     state = model.state_dict() if isinstance(model, nn.Module) else dict(model)
+    arrays = dict(arrays or {})
     if config.standardized != (mu is not None and sigma is not None):
         raise ValueError(f"{config.kind}: fold statistics must be given exactly when the kind is "
                          f"trained on standardized targets")
-    state = (fold_standardization(state, mu, sigma) if mu is not None
+    if bool(config.n_bank) != (bank_mu is not None and bank_sigma is not None):
+        raise ValueError(f"{config.kind}: the bank head's fold statistics must be given exactly when the "
+                         f"adapter has a bank")
+    if config.bridge and not (arrays.get(KV_TOKENS) and arrays.get(KV_MERGES)):
+        raise ModelFileError(f"{path} was not written: the engine cannot tokenize the MOSS template without "
+                             f"the teacher's vocabulary ({KV_TOKENS} and {KV_MERGES}), so download the "
+                             f"teacher's tokenizer.json and export again.")
+    state = (fold_standardization(state, mu, sigma, bank_mu, bank_sigma) if mu is not None
              else {k: v.detach().to(torch.float32) for k, v in state.items()})
 
     def tensors() -> Iterable[tuple[str, np.ndarray]]:
@@ -177,12 +226,15 @@ def write_adapter_gguf(path: str | os.PathLike, model: nn.Module | Mapping[str, 
             dtype = np.float32 if gguf_dtype(tensor_name, array.ndim) == "f32" else np.float16
             yield PREFIX + tensor_name, np.ascontiguousarray(array.astype(dtype))
     needs = sum(t.numel() * (4 if gguf_dtype(n, t.ndim) == "f32" else 2) for n, t in state.items())
-    return write_gguf(path, "pig", tensors(), _kv_items(config, name, pack, provenance, pack_kvs or {}),
-                      check=lambda tmp: _verify(tmp, state, config), needs=needs)
+    needs += sum(8 + len(str(v).encode()) for values in arrays.values() for v in values)
+    kvs = _kv_items(config, name, pack, provenance, pack_kvs or {}, arrays)
+    return write_gguf(path, "pig", tensors(), kvs, check=lambda tmp: _verify(tmp, state, config, kvs), needs=needs)
 
 
-def _verify(tmp: str | os.PathLike, state: Mapping[str, torch.Tensor], config: AdapterConfig) -> None:
-    tensors = read_gguf_tensors(tmp)
+def _verify(tmp: str | os.PathLike, state: Mapping[str, torch.Tensor], config: AdapterConfig,
+            kvs: list[tuple[str, Any, str]]) -> None:
+    header = _Header(Path(tmp))
+    tensors = header.tensors()
     names = [n[len(PREFIX):] for n in tensors]
     if names != list(state):
         raise ModelFileError(f"the GGUF written to {tmp} does not hold the adapter's tensors in order")
@@ -191,6 +243,9 @@ def _verify(tmp: str | os.PathLike, state: Mapping[str, torch.Tensor], config: A
     if fatal or found != config:
         why = fatal[0].message if fatal else f"it reads back as {found}, not {config}"
         raise ModelFileError(f"the GGUF written to {tmp} would be misread by the engine: {why}")
+    lost = [key for key, value, kind in kvs if kind == "strs" and header.array_length(key) != len(value)]
+    if lost:
+        raise ModelFileError(f"the GGUF written to {tmp} does not hold the {lost[0]} array it was given")
 
 
 # ------------------------------------------------------------------ reading
@@ -221,10 +276,8 @@ def dequantize(path: Path, name: str, dtype: str, data: np.ndarray, shape_ne: tu
     return np.ascontiguousarray(values, dtype=np.float32).reshape(tuple(reversed(shape_ne))).copy()
 
 
-def open_gguf(path: str | os.PathLike):
-    """A gguf.GGUFReader over the file, or ModelFileError saying why it cannot be one."""
-    import gguf
-    path = Path(path)
+def _check_file(path: Path) -> int:
+    """The file's size, after checking it exists, is readable and starts with the GGUF magic."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -235,11 +288,23 @@ def open_gguf(path: str | os.PathLike):
         raise ModelFileError(f"{path} cannot be read ({e.strerror}); check its permissions.") from None
     if magic != b"GGUF":
         raise ModelFileError(f"{path} is not a GGUF file (it does not start with the bytes 'GGUF').")
+    return size
+
+
+def _damaged(path: Path, e: Exception) -> ModelFileError:
+    return ModelFileError(f"{path} is truncated or damaged and cannot be read as GGUF "
+                          f"({' '.join(str(e).split()) or type(e).__name__}); download or export it again.")
+
+
+def open_gguf(path: str | os.PathLike):
+    """A gguf.GGUFReader over the file, or ModelFileError saying why it cannot be one."""
+    import gguf
+    path = Path(path)
+    size = _check_file(path)
     try:
         reader = gguf.GGUFReader(path, "r")
     except Exception as e:  # the package raises ValueError, IndexError, … on short or bad data
-        raise ModelFileError(f"{path} is truncated or damaged and cannot be read as GGUF "
-                             f"({' '.join(str(e).split())}); download or export it again.") from None
+        raise _damaged(path, e) from None
     for t in reader.tensors:
         if t.data_offset + t.n_bytes > size:
             raise ModelFileError(f"{path} is truncated (the data of {t.name} runs past the end of "
@@ -247,33 +312,155 @@ def open_gguf(path: str | os.PathLike):
     return reader
 
 
+# GGUF value types: scalars (struct format), STRING 8, ARRAY 9
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+_U64 = struct.Struct("<Q")
+
+
+@dataclass(frozen=True)
+class _Array:
+    """A KV array left where it is in the file: item type, length and the offset of its first item."""
+    item_type: int
+    count: int
+    offset: int
+
+
+class _Header:
+    """The KVs and tensor index of a GGUF, parsed from its memory map. gguf.GGUFReader builds a numpy
+    view per array item: seconds for the bridge's ~500k tokenizer strings, which this only steps over
+    (they are decoded on demand, `strings`)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        size = _check_file(path)
+        self.data = data = np.memmap(path, mode="r")
+        self.kvs: dict[str, Any] = {}
+        self.index: list[tuple[str, tuple[int, ...], int, int]] = []   # name, ne, ggml type, offset in data
+        try:
+            version, n_tensors, n_kv = struct.unpack_from("<IQQ", data, 4)
+            if version not in (2, 3):
+                raise ValueError(f"GGUF version {version}; versions 2 and 3 are read")
+            off = 24
+            for _ in range(n_kv):
+                key, off = self._string(off)
+                (vtype,), off = struct.unpack_from("<I", data, off), off + 4
+                self.kvs[key], off = self._value(vtype, off)
+            for _ in range(n_tensors):
+                name, off = self._string(off)
+                (n_dims,) = struct.unpack_from("<I", data, off)
+                ne = struct.unpack_from(f"<{n_dims}Q", data, off + 4)
+                ggml_type, offset = struct.unpack_from("<IQ", data, off + 4 + 8 * n_dims)
+                off += 4 + 8 * n_dims + 12
+                self.index.append((name, tuple(int(n) for n in ne), int(ggml_type), int(offset)))
+            align = int(self.kvs.get("general.alignment", 32))
+            self.data_start = -(-off // align) * align
+        except (struct.error, ValueError, OverflowError) as e:
+            raise _damaged(path, e) from None
+        if len({name for name, *_ in self.index}) != len(self.index):
+            raise _damaged(path, ValueError("a tensor name appears twice"))
+        self.size = size
+
+    def _string(self, off: int) -> tuple[str, int]:
+        (n,) = _U64.unpack_from(self.data, off)
+        if off + 8 + n > len(self.data):
+            raise ValueError("a string runs past the end of the file")
+        return bytes(self.data[off + 8:off + 8 + n]).decode("utf-8", "replace"), off + 8 + n
+
+    def _value(self, vtype: int, off: int) -> tuple[Any, int]:
+        if vtype == _STRING:
+            return self._string(off)
+        if vtype in _SCALARS:
+            return struct.unpack_from(_SCALARS[vtype], self.data, off)[0], off + struct.calcsize(_SCALARS[vtype])
+        if vtype != _ARRAY:
+            raise ValueError(f"unknown value type {vtype}")
+        item, count = struct.unpack_from("<IQ", self.data, off)
+        start = off = off + 12
+        if item == _STRING:
+            unpack = _U64.unpack_from
+            for _ in range(count):
+                off += 8 + unpack(self.data, off)[0]
+        elif item in _SCALARS:
+            off += count * struct.calcsize(_SCALARS[item])
+        else:
+            raise ValueError(f"an array of value type {item} is not read")
+        if off > len(self.data):
+            raise ValueError("an array runs past the end of the file")
+        return _Array(item, count, start), off
+
+    def array_length(self, key: str) -> int | None:
+        value = self.kvs.get(key)
+        return value.count if isinstance(value, _Array) else None
+
+    def strings(self, key: str) -> list[str]:
+        """The items of a STRING array KV."""
+        value = self.kvs.get(key)
+        if not isinstance(value, _Array) or value.item_type != _STRING:
+            raise ModelFileError(f"{self.path} has no string array {key}.")
+        out, off = [], value.offset
+        for _ in range(value.count):
+            text, off = self._string(off)
+            out.append(text)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """Every KV except the GGUF bookkeeping ones: scalars and strings as values, short numeric
+        arrays as lists (adapter.out_layers), other arrays as "[array of N]"."""
+        out: dict[str, Any] = {}
+        for key, value in self.kvs.items():
+            if isinstance(value, _Array):
+                if value.item_type != _STRING and value.count <= 64:
+                    fmt = _SCALARS[value.item_type]
+                    step = struct.calcsize(fmt)
+                    out[key] = [struct.unpack_from(fmt, self.data, value.offset + i * step)[0]
+                                for i in range(value.count)]
+                else:
+                    out[key] = f"[array of {value.count}]"
+            else:
+                out[key] = value
+        return out
+
+    def tensors(self) -> dict[str, GGUFTensor]:
+        import gguf
+        out = {}
+        for name, ne, raw_type, offset in self.index:
+            try:
+                qtype = gguf.GGMLQuantizationType(raw_type)
+            except ValueError:
+                raise _damaged(self.path, ValueError(f"{name} has the unknown tensor type {raw_type}")) from None
+            block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+            n_elems = math.prod(ne)
+            n_bytes = n_elems * type_size // block
+            start = self.data_start + offset
+            if start + n_bytes > self.size:
+                raise ModelFileError(f"{self.path} is truncated (the data of {name} runs past the end of "
+                                     f"the file); download or export it again.")
+            shape = tuple(reversed(ne))
+            raw = self.data[start:start + n_bytes]
+            numpy_type = _NUMPY_TYPES.get(qtype.name)
+            array = (raw.view(numpy_type).reshape(shape) if numpy_type is not None
+                     else raw.reshape(gguf.quant_shape_to_byte_shape(shape, qtype)))
+            out[name] = GGUFTensor(self.path, name, ne, qtype.name, array)
+        return out
+
+
+_NUMPY_TYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I8": np.int8, "I16": np.int16,
+                "I32": np.int32, "I64": np.int64}
+
+
 def read_gguf_tensors(path: str | os.PathLike) -> dict[str, GGUFTensor]:
-    reader = open_gguf(path)
-    out = {}
-    for t in reader.tensors:
-        out[t.name] = GGUFTensor(Path(path), t.name, tuple(int(x) for x in t.shape), t.tensor_type.name, t.data)
-    return out
+    return _Header(Path(path)).tensors()
 
 
 def read_gguf_kvs(path: str | os.PathLike) -> dict[str, Any]:
-    """Every KV except the GGUF bookkeeping ones, as Python values."""
-    import gguf
-    reader = open_gguf(path)
-    out: dict[str, Any] = {}
-    for key, fld in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        kind = fld.types[0] if fld.types else None
-        if kind == gguf.GGUFValueType.STRING:
-            out[key] = bytes(fld.parts[fld.data[0]]).decode("utf-8", "replace")
-        elif kind == gguf.GGUFValueType.ARRAY:    # short numeric arrays as values (adapter.out_layers)
-            numeric = len(fld.types) > 1 and fld.types[1] != gguf.GGUFValueType.STRING
-            out[key] = ([fld.parts[i][0].item() for i in fld.data] if numeric and len(fld.data) <= 64
-                        else f"[array of {len(fld.data)}]")
-        else:
-            value = fld.parts[fld.data[0]][0]
-            out[key] = bool(value) if kind == gguf.GGUFValueType.BOOL else value.item()
-    return out
+    """Every KV except the GGUF bookkeeping ones, as Python values; arrays of strings (the bridge's
+    248k-entry vocabulary) and long arrays as "[array of N]"."""
+    return _Header(Path(path)).summary()
+
+
+def read_gguf_string_array(path: str | os.PathLike, key: str) -> list[str]:
+    """The items of a STRING array KV (tokenizer.ggml.tokens, …), or ModelFileError when there is none."""
+    return _Header(Path(path)).strings(key)
 
 
 def layout_of(tensors: Mapping[str, GGUFTensor]) -> tuple[AdapterConfig | None, list[LayoutProblem]]:
@@ -293,18 +480,21 @@ class AdapterFile:
 
 
 def read_adapter_gguf(path: str | os.PathLike, device: str | torch.device = "cpu") -> AdapterFile:
-    """Rebuild the torch adapter (f32) from a GGUF alone, as the engine would see it."""
+    """Rebuild the torch adapter (f32) from a GGUF alone, as the engine would see it (tensors the
+    engine ignores, reported among the problems, are left out)."""
     path = Path(path)
-    tensors = read_gguf_tensors(path)
+    header = _Header(path)
+    tensors = header.tensors()
     config, problems = layout_of(tensors)
     fatal = [p for p in problems if p.fatal]
     if config is None or fatal:
         raise ModelFileError(f"{path} is not an adapter the engine would run as intended: "
                              f"{(fatal or problems)[0].message}.")
     model = build_adapter(config)
-    state = {name[len(PREFIX):]: t.to_torch() for name, t in tensors.items()}
+    used = expected_ne(config)
+    state = {name[len(PREFIX):]: t.to_torch() for name, t in tensors.items() if name[len(PREFIX):] in used}
     if "layer_map" in state:         # a stored [n, 1] counts as n entries, as in the engine
         state["layer_map"] = state["layer_map"].reshape(-1)
     model.load_state_dict(state, strict=True)
     model.to(device).eval()
-    return AdapterFile(path, config, model, read_gguf_kvs(path), problems)
+    return AdapterFile(path, config, model, header.summary(), problems)

@@ -27,7 +27,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from trainer_core.base.atomic import atomic_write_bytes, atomic_write_text
 from trainer_core.base.config import CorpusSettings
@@ -147,6 +147,7 @@ class ImageEntry:
 class Sample:
     text: str
     images: tuple[int, ...]       # indices into the entries; () for a text-only sample
+    klein: bool = False           # also a FLUX.3 Klein target (the Qwen3.5 bridge's bank)
 
 
 @dataclass
@@ -215,10 +216,15 @@ def plan_corpus(entries: Sequence[ImageEntry], texts: Sequence[str], c: CorpusSe
     rng.shuffle(val)
     train = singles + pairs + [Sample(t, ()) for t in train_texts]
     rng.shuffle(train)
+    for split, n in ((val, c.n_val_klein), (train, c.n_klein)):    # no draw at 0: other packs' corpora unchanged
+        if n:
+            for row in rng.sample(range(len(split)), min(n, len(split))):
+                split[row] = Sample(split[row].text, split[row].images, True)
     counts = {"single": len(singles), "two": len(pairs), "text": len(train_texts),
               "text_empty": train_texts.count(""), "val_image": len(val_images),
               "val_text": len(val_texts), "val_text_empty": val_texts.count(""),
-              "train_empty": sum(1 for s in train if not s.text), "val_empty": sum(1 for s in val if not s.text)}
+              "train_empty": sum(1 for s in train if not s.text), "val_empty": sum(1 for s in val if not s.text),
+              "klein": sum(s.klein for s in train), "val_klein": sum(s.klein for s in val)}
     return CorpusPlan(train, val, counts)
 
 
@@ -391,8 +397,12 @@ def _drop_unused_copies(plan: CorpusPlan, check: _ImageCheck, data_dir: Path) ->
 
 
 def _jsonl(samples: list[Sample], paths: dict[int, str]) -> str:
-    return "".join(json.dumps({"text": s.text, "images": [paths[i] for i in s.images]}, ensure_ascii=False) + "\n"
-                   for s in samples)
+    def line(s: Sample) -> str:
+        record: dict[str, Any] = {"text": s.text, "images": [paths[i] for i in s.images]}
+        if s.klein:
+            record["klein"] = True
+        return json.dumps(record, ensure_ascii=False) + "\n"
+    return "".join(line(s) for s in samples)
 
 
 def _report_done(plan: CorpusPlan, check: _ImageCheck, report: Report, train_path: Path, val_path: Path) -> None:

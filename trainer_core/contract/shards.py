@@ -67,7 +67,8 @@ def mock_enabled(project: Project) -> bool:
 def contract_for(project: Project) -> str:
     """What the shards of this project must have been written under: the pack's contract, the
     tokenization (engine_bpe.TOKENIZATION) and whether the teacher was the mock."""
-    return f"{project.pack.shard_contract} {TOKENIZATION}" + (" mock-teacher" if mock_enabled(project) else "")
+    mock = " mock-teacher" if mock_enabled(project) else ""
+    return f"{project.pack.shard_contract_of(project)} {TOKENIZATION}{mock}"
 
 
 def shard_path(project: Project, split: str, index: int) -> Path:
@@ -215,9 +216,11 @@ class Shard:
         return len(self.prompts)
 
 
-def load_stats(project: Project, sigma_floor: float, n_taps: int = 0) -> tuple["torch.Tensor", "torch.Tensor", int]:
+def load_stats(project: Project, sigma_floor: float, n_taps: int = 0, prefix: str = "stat"
+               ) -> tuple["torch.Tensor", "torch.Tensor", int]:
     """(μ, σ_f, number of floored dims) from the running moments of the train shards; with `n_taps`
-    (layerwise rows) the floor is relative, per tap (tap_losses.relative_sigma)."""
+    (layerwise rows) the floor is relative, per tap (tap_losses.relative_sigma). `prefix` "bstat": the
+    bridge's bank moments."""
     from trainer_core.contract.losses import target_stats
     files = valid_shards(project, "train")
     if not files:
@@ -227,9 +230,13 @@ def load_stats(project: Project, sigma_floor: float, n_taps: int = 0) -> tuple["
     n = 0
     for path in files:
         shard = Shard(path)
-        s = shard["stat_s"] if s is None else s + shard["stat_s"]
-        s2 = shard["stat_s2"] if s2 is None else s2 + shard["stat_s2"]
-        n += int(shard["stat_n"][0])
+        s = shard[f"{prefix}_s"] if s is None else s + shard[f"{prefix}_s"]
+        s2 = shard[f"{prefix}_s2"] if s2 is None else s2 + shard[f"{prefix}_s2"]
+        n += int(shard[f"{prefix}_n"][0])
+    if n == 0:
+        raise ModelFileError(f"The train shards hold no {'FLUX.3 Klein bank' if prefix == 'bstat' else 'target'} "
+                             "rows to standardize by; raise corpus.n_klein (or turn train.klein_head off) and "
+                             "precompute again." if prefix == "bstat" else "The train shards hold no target rows.")
     if n_taps:
         from trainer_core.contract.tap_losses import relative_sigma
         return relative_sigma(s, s2, n, sigma_floor, n_taps)

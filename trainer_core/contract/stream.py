@@ -20,6 +20,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from trainer_core.contract.bridge import BANK_PREFIX, BridgeParts, bank_length
 from trainer_core.contract.shards import Shard
 
 __all__ = ["Batch", "StreamPosition", "ShardStream", "val_batches", "collate"]
@@ -38,6 +39,7 @@ class Batch:
     sup_start: torch.Tensor | None = None  # [B] where the engine's slice starts (64 edit / 34 t2i)
     weight: torch.Tensor | None = None     # [B, L] layerwise: row weights (real 1, a sample's pads 1 together)
     pad: torch.Tensor | None = None        # [B, L] bool layerwise: the pad rows (expanded from the stored one)
+    bridge: Any = None                     # qwen35_bridge: bridge.BridgeParts (seed_ids = the slots' Qwen3.5 ids)
 
     @property
     def size(self) -> int:
@@ -51,12 +53,13 @@ class Batch:
         vis = move(self.vis)
         return Batch(move(self.h).float(), move(self.mask), move(self.target).float(), move(self.tmask),
                      move(self.seed_ids), move(self.seed_len), None if vis is None else vis.float(),
-                     move(self.vision), move(self.sup_start), move(self.weight), move(self.pad))
+                     move(self.vision), move(self.sup_start), move(self.weight), move(self.pad),
+                     None if self.bridge is None else self.bridge.to(device))
 
     def parts(self) -> tuple[torch.Tensor | None, ...]:
         """Every field in order (for slicing a batch into micro-batches)."""
         return (self.h, self.mask, self.target, self.tmask, self.seed_ids, self.seed_len, self.vis, self.vision,
-                self.sup_start, self.weight, self.pad)
+                self.sup_start, self.weight, self.pad, self.bridge)
 
     @property
     def rows_weight(self) -> torch.Tensor:
@@ -101,18 +104,38 @@ class _ShardRows:
         if self.layerwise:
             self.n_real = self.shard["n_real"].long()
             self.pad_multiple = int(self.shard["pad_multiple"][0])
-        self.token_aligned = "v_pack" in self.shard.keys
+        self.bridge = "slot_ids" in self.shard.keys       # qwen35_bridge (bridge.py)
+        if self.bridge:
+            self._init_bridge()
+        self.token_aligned = "v_pack" in self.shard.keys and not self.bridge
         if self.token_aligned:      # image blocks: sample, first slot, length; offsets into v_pack
             self.sparse = int(self.shard["t_sparse"][0]) == 1          # no teacher rows under the slots
             self.consumed_only = self.shard.meta.get("supervise") == "consumed_text"
             self._v = _mmap_tensor(path, "v_pack")
             self.sup_start = self.shard["sup_start"].long()
-            vis_sample, vis_len = self.shard["vis_sample"].long(), self.shard["vis_len"].long()
-            offsets = (torch.cumsum(vis_len, 0) - vis_len).tolist()
-            self.blocks: list[list[tuple[int, int, int]]] = [[] for _ in range(len(self.len))]
-            for s, start, n, off in zip(vis_sample.tolist(), self.shard["vis_start"].tolist(), vis_len.tolist(),
-                                        offsets):
-                self.blocks[s].append((start, n, off))
+            self.blocks = self._vision_blocks()
+
+    def _vision_blocks(self) -> list[list[tuple[int, int, int]]]:
+        """Per sample its images' (first slot, rows, offset into v_pack)."""
+        vis_sample, vis_len = self.shard["vis_sample"].long(), self.shard["vis_len"].long()
+        offsets = (torch.cumsum(vis_len, 0) - vis_len).tolist()
+        blocks: list[list[tuple[int, int, int]]] = [[] for _ in range(len(self.len))]
+        for s, start, n, off in zip(vis_sample.tolist(), self.shard["vis_start"].tolist(), vis_len.tolist(), offsets):
+            blocks[s].append((start, n, off))
+        return blocks
+
+    def _init_bridge(self) -> None:
+        path = self.shard.path
+        self.slot_ids = self.shard["slot_ids"].long()
+        self._v = _mmap_tensor(path, "v_pack")
+        self.blocks = self._vision_blocks()
+        self.klein = self.shard["klein"].long()
+        self.n_bank = int(self.shard["bank_slots"][0]) if "bank_slots" in self.shard.keys else 0
+        if self.n_bank:
+            self._b = _mmap_tensor(path, "b_pack")
+            rows = self.shard["bank_rows"].long()
+            self.b_off = torch.cumsum(rows, 0) - rows
+            self.bank_real, self.bank_body = self.shard["bank_real"].long(), self.shard["bank_body"].long()
 
     def __len__(self) -> int:
         return len(self.len)
@@ -178,10 +201,58 @@ def _collate_layerwise(src: _ShardRows, idx: torch.Tensor, keep_dtype: bool, pin
     return Batch(gather(src._q), keep, gather(src._t), keep, None, None, weight=weight, pad=pad)
 
 
+def collate_bridge(src: _ShardRows, idx: torch.Tensor, keep_dtype: bool = False, pin: bool = False) -> Batch:
+    """The samples `idx` of a bridge shard as a Batch with `bridge` parts (contract/bridge.py): the slots'
+    ids and targets, the raw vision rows under their slots and as keys, and for the Klein samples their
+    n80 bank rows (the stored pad row repeated) and bank_hidden (row 3 + i = the student's row i)."""
+    lens, slots = src.len[idx], src.t_len[idx]
+    B, P = len(idx), int(slots.max())
+    h, mask = _gather(src._q, src.q_off[idx], lens, int(lens.max()), keep_dtype, pin)
+    target, tmask = _gather(src._t, src.t_off[idx], slots, P, keep_dtype, pin)
+    seed_ids = torch.zeros(B, P, dtype=torch.long)
+    vdtype = src._v.dtype if keep_dtype else torch.float32
+    n_vis = [sum(n for _, n, _ in src.blocks[i]) for i in idx.tolist()]
+    V = max(n_vis, default=0)
+    vis_slot = torch.zeros(B, P, src._v.shape[1], dtype=vdtype, pin_memory=pin)
+    vis_kv = torch.zeros(B, V, src._v.shape[1], dtype=vdtype, pin_memory=pin)
+    vis_keep = torch.arange(V)[None, :] < torch.tensor(n_vis, dtype=torch.long)[:, None]
+    for b, i in enumerate(idx.tolist()):
+        o, n = int(src.t_off[i]), int(src.t_len[i])
+        seed_ids[b, :n] = src.slot_ids[o:o + n]
+        at = 0
+        for start, count, off in src.blocks[i]:
+            rows = src._v[off:off + count].to(vdtype)
+            vis_slot[b, start:start + count] = rows
+            vis_kv[b, at:at + count] = rows
+            at += count
+    klein = src.klein[idx].bool()
+    parts = BridgeParts(vis_slot, vis_kv, vis_keep, klein)
+    if src.n_bank and bool(klein.any()):
+        members = idx[klein].tolist()
+        rows_of = [b for b in range(B) if bool(klein[b])]
+        K, NB = len(members), src.n_bank
+        bdtype = src._b.dtype if keep_dtype else torch.float32
+        bank_target = torch.zeros(K, NB, src._b.shape[1], dtype=bdtype, pin_memory=pin)
+        bank_hidden = torch.zeros(K, NB, h.shape[2], dtype=h.dtype, pin_memory=pin)
+        bank_mask = torch.zeros(K, NB, dtype=torch.bool)
+        for k, (i, b) in enumerate(zip(members, rows_of)):
+            off, real, body = int(src.b_off[i]), int(src.bank_real[i]), int(src.bank_body[i])
+            n80 = bank_length(real, NB)
+            bank_target[k, :real] = src._b[off:off + real].to(bdtype)
+            if n80 > real:                                   # the one stored pad row, repeated
+                bank_target[k, real:n80] = src._b[off + real].to(bdtype)
+            bank_mask[k, :n80] = True
+            bank_hidden[k, BANK_PREFIX:BANK_PREFIX + body] = h[b, :body]
+        parts.bank_hidden, parts.bank_target, parts.bank_mask = bank_hidden, bank_target, bank_mask
+    return Batch(h, mask, target, tmask, seed_ids, slots, bridge=parts)
+
+
 def collate(src: _ShardRows, rows: list[int], keep_dtype: bool = False, pin: bool = False) -> Batch:
     idx = torch.as_tensor(rows, dtype=torch.long)
     if src.layerwise:
         return _collate_layerwise(src, idx, keep_dtype, pin)
+    if src.bridge:
+        return collate_bridge(src, idx, keep_dtype, pin)
     lens, t_lens = src.len[idx], src.t_len[idx]
     L = int(lens.max())
     R = int(t_lens.max()) if not src.seeded else src.seed_ids.shape[1]

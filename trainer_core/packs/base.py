@@ -11,6 +11,7 @@ templates, export KVs, metric names, the ggk command line) plus a few hooks:
     adapter_config(project, in_dim)        the adapter the train stage builds
     ggk_command(project)                   the engine command line that uses the export
     adapter_kvs(config)                    the pack's KVs of an export (export_kvs + shape-dependent ones)
+    export_arrays(project)                 string-array KVs an export writes after those (a vocabulary)
     student_states(student, text)          the student's rows for a prompt, as the engine feeds the adapter
     export_extras(project, report)         what the export stage writes beside the adapter (SigVQ)
     extra_outputs(project)                 those files, for the Output tab and `status`
@@ -37,7 +38,7 @@ if TYPE_CHECKING:  # the stages import torch; the registry stays light
 __all__ = ["TrainerPack", "Material", "Budgets", "ADAPTER_KINDS", "CORPUS_KINDS", "STUDENT_MATERIALS",
            "IMAGE_PRESET_MATERIALS", "STUDENT_FILE", "PIG_CLIP_WIDTH", "DEMO_SETTINGS"]
 
-ADAPTER_KINDS = ("resampler", "seeded_resampler", "token_aligned_vision", "token_aligned_layerwise")
+ADAPTER_KINDS = ("resampler", "seeded_resampler", "token_aligned_vision", "token_aligned_layerwise", "qwen35_bridge")
 CORPUS_KINDS = ("text", "image")
 
 
@@ -135,6 +136,7 @@ class TrainerPack:
     reference_dims: Mapping[str, int] = field(default_factory=dict)  # the real teacher's shapes, for estimates
     extra_settings: tuple[str, ...] = ()   # settings only this pack uses: the GUI shows them for it alone
     demo_settings: tuple[str, ...] = ()    # the demo project's settings over DEMO_SETTINGS
+    invalidating: tuple[str, ...] = ()     # settings of this pack whose change makes the shards stale
 
     def __post_init__(self) -> None:
         if self.adapter_kind not in ADAPTER_KINDS:
@@ -165,6 +167,11 @@ class TrainerPack:
         the adapter, so the target is the unweighted one)."""
         return self.format_prompt(plain_text(text) if text else text)
 
+    def shard_contract_of(self, project: "Project") -> str:
+        """The contract this project's shards are written under: the pack's, plus what of the settings
+        shapes the shards (`invalidating`)."""
+        return self.shard_contract
+
     def ggk_command(self, project: "Project") -> str:
         """The engine command line that uses the export (the student file as picked for training)."""
         student = self.resolve_material(project, "student")
@@ -175,6 +182,11 @@ class TrainerPack:
     def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
         """The pack's KVs of an export of `config` (export_kvs, plus what depends on the trained shapes)."""
         return dict(self.export_kvs)
+
+    def export_arrays(self, project: "Project") -> dict[str, list[str]]:
+        """String-array KVs an export writes after the adapter's KVs (the Qwen3.5 bridge's vocabulary,
+        tokenizer.ggml.tokens and .merges); none by default."""
+        return {}
 
     def student_states(self, student: Any, text: str) -> Any:
         """The student's rows [L, hidden] (numpy f32) for a prompt, as the engine hands them to the

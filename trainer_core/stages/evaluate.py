@@ -21,7 +21,9 @@ from trainer_core.base.events import Report
 from trainer_core.contract import checkpoints
 from trainer_core.contract.adapter_export import checkpoint_model
 from trainer_core.contract.gguf_io import KV_CHECKPOINT, KV_PLANNED_STEPS, KV_TRAINED_STEPS, read_adapter_gguf
+from trainer_core.contract.bridge import BridgeMetrics
 from trainer_core.contract.losses import ResamplerMetrics, SeededMetrics, TokenAlignedMetrics
+from trainer_core.contract.objective import model_outputs
 from trainer_core.contract.tap_losses import LayerwiseMetrics
 from trainer_core.project import Project
 from trainer_core.contract.shards import valid_shards
@@ -41,8 +43,12 @@ def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torc
     files = valid_shards(project, "val")
     if not files:
         raise TrainerError("The evaluation needs the val shards under the current contract; run precompute first.")
-    if config.layerwise:
-        metrics: Any = LayerwiseMetrics(mu, sigma, config.taps)
+    bank = None
+    if config.bridge:
+        bank = ((ck["mu_bank"].float().to(device), ck["sigma_bank"].float().to(device)) if config.n_bank else None)
+        metrics: Any = BridgeMetrics(mu, None if bank is None else bank[0])
+    elif config.layerwise:
+        metrics = LayerwiseMetrics(mu, sigma, config.taps)
     elif config.kind == "resampler":
         metrics = ResamplerMetrics(mu)
     elif config.kind == "seeded_resampler":
@@ -52,10 +58,14 @@ def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torc
     samples = 0
     for batch in val_batches(files, project.settings.train.batch_size):
         batch = batch.to(device)
-        extra = ({"seed_ids": batch.seed_ids} if batch.seed_ids is not None else
-                 {"vis": batch.vis} if batch.vis is not None else {})
-        pred = adapter.model(batch.h, batch.mask, **extra)                 # teacher scale (folded)
-        pred_ck = ck_model(batch.h, batch.mask, **extra)
+        pred = model_outputs(config, adapter.model, batch)                # teacher scale (folded)
+        pred_ck = model_outputs(config, ck_model, batch)
+        if config.bridge:
+            slots, plain, aligned = pred_ck
+            scale = (lambda x: None if x is None else x * bank[1] + bank[0]) if bank else (lambda x: None)  # noqa: E731
+            metrics.update(batch, pred, (slots * sigma + mu, scale(plain), scale(aligned)))
+            samples += batch.size
+            continue
         if config.standardized:
             pred_ck = pred_ck * sigma + mu
         if config.layerwise:

@@ -32,7 +32,7 @@ from trainer_core.contract.dist import close_group, init_group, rank_device
 from trainer_core.contract.dist import current as current_rank
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import Report
-from trainer_core.contract.objective import ValScore, batch_loss
+from trainer_core.contract.objective import ValScore, as_float, batch_loss, model_outputs
 from trainer_core.project import Project, settings_from_dict
 from trainer_core.contract.schedule import lr_at
 from trainer_core.contract.shards import Shard, load_stats, valid_shards
@@ -63,6 +63,10 @@ class Trainer:
         self.config: AdapterConfig = self.pack.adapter_config(project, in_dim)
         mu, sigma, floored = load_stats(project, t.sigma_floor, len(self.config.taps))
         self.mu, self.sigma = mu.to(self.device), sigma.to(self.device)
+        self.bank_stats: tuple[torch.Tensor, torch.Tensor] | None = None      # the bridge's Klein bank
+        if self.config.bridge and self.config.n_bank:
+            bmu, bsigma, _ = load_stats(project, t.sigma_floor, prefix="bstat")
+            self.bank_stats = (bmu.to(self.device), bsigma.to(self.device))
         torch.manual_seed(t.seed)
         model = build_adapter(self.config)
         self.pack.load_frozen(project, model)      # parts the engine applies as they are (MageFlow's vision_proj)
@@ -140,12 +144,18 @@ class Trainer:
               "rng": {"cpu": torch.get_rng_state(),
                       "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
               "mu": self.mu.cpu(), "sigma": self.sigma.cpu(), "standardized": self.config.standardized,
-              "pack": self.pack.id, "time": time.time()}
+              "pack": self.pack.id, "time": time.time(), **self._bank_stats_record()}
         current = self.val if self.val_step == self.step else None
         path = checkpoints.save(self.project, name, ck, checkpoints.Sidecar(
             trained_steps=self.step, planned_steps=self.planned, best_val_cos=self.best_val_cos,
             val_cos=current["val_cos"] if current else None, val=current, val_step=self.val_step, time=ck["time"]))
         self.report("artifact", path=str(path), kind=f"checkpoint_{name}", step=self.step)
+
+    def _bank_stats_record(self) -> dict[str, torch.Tensor]:
+        """The bank head's statistics (the export folds them into out_bank)."""
+        if self.bank_stats is None:
+            return {}
+        return {"mu_bank": self.bank_stats[0].cpu(), "sigma_bank": self.bank_stats[1].cpu()}
 
     def keep_step(self, forced: bool) -> None:
         """Kept steps (train.history): weights-only copies inside [history_from, history_to]."""
@@ -156,28 +166,29 @@ class Trainer:
         if not forced and n % every:
             return
         from trainer_core.contract.gguf_io import gguf_dtype
-        heads = ("out_proj", "skip") if self.config.layerwise else ("out_proj",)     # folded at export: f32
+        heads = (("out_proj", "skip") if self.config.layerwise else ("out_proj", "out_bank") if self.config.bridge
+                 else ("out_proj",))                                                 # folded at export: f32
         state = {k: (v.half() if gguf_dtype(k, v.ndim) == "f16" and not k.startswith(heads) else v.float())
                  for k, v in self.model.state_dict().items()}
         path = checkpoints.save_kept_step(self.project, {
             "config": self.config.to_dict(), "model": state, "step": n, "planned_steps": self.planned,
             "best_val_cos": self.best_val_cos, "mu": self.mu.cpu(), "sigma": self.sigma.cpu(),
-            "standardized": self.config.standardized, "pack": self.pack.id}, checkpoints.Sidecar(
+            "standardized": self.config.standardized, "pack": self.pack.id, **self._bank_stats_record()},
+            checkpoints.Sidecar(
             trained_steps=n, planned_steps=self.planned, best_val_cos=self.best_val_cos,
             val_cos=self.val["val_cos"] if self.val_step == n and self.val else None, time=time.time()))
         checkpoints.prune_kept_steps(self.project, t.history_keep)
         self._log(f"kept step {n} -> {path.relative_to(self.project.root)}")
 
     # ------------------------------------------------------------ math
-    def forward(self, batch: Batch, net: torch.nn.Module | None = None) -> torch.Tensor:
-        extra = ({"seed_ids": batch.seed_ids} if batch.seed_ids is not None else
-                 {"vis": batch.vis} if batch.vis is not None else {})
+    def forward(self, batch: Batch, net: torch.nn.Module | None = None) -> Any:
+        """The model's output in float32 (a tuple for the bridge: objective.model_outputs)."""
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
-            return (self.model if net is None else net)(batch.h, batch.mask, **extra)
+            return as_float(model_outputs(self.config, self.model if net is None else net, batch))
 
     def losses(self, batch: Batch, net: torch.nn.Module | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return batch_loss(self.config, batch, self.forward(batch, net).float(), self.mu, self.sigma,
-                          self.t.cos_weight)
+        return batch_loss(self.config, batch, self.forward(batch, net), self.mu, self.sigma, self.t.cos_weight,
+                          self.bank_stats)
 
     def train_step(self, batch: Batch) -> dict[str, Any]:
         """One optimizer step on a (global) batch; the statistics stay device tensors. A compiled step
@@ -243,6 +254,8 @@ class Trainer:
         """Micro-batches of rows × tokens ≤ train.batch_tokens (0 = the whole batch)."""
         budget = self.t.batch_tokens
         per_row = batch.h.shape[1] + batch.target.shape[1]
+        if batch.bridge is not None:        # the raw vision keys, and a Klein sample's bank rows (twice)
+            per_row += batch.bridge.vis_kv.shape[1] + 2 * self.config.n_bank
         if budget <= 0 or batch.size * per_row <= budget:
             return [batch]
         n = max(1, budget // per_row)
@@ -254,10 +267,10 @@ class Trainer:
         """Means of per-batch val_cos and val_rel_mse over every val shard (one batch in memory)."""
         self.model.eval()
         by_sample = getattr(self.pack, "supervise", "all") == "consumed_text"   # no supervised vision rows
-        score = ValScore(self.config, self.mu, self.sigma, by_sample)
+        score = ValScore(self.config, self.mu, self.sigma, by_sample, self.bank_stats)
         for batch in val_batches(self.val_files, self.t.batch_size, **self.loading):
             batch = batch.to(self.device)
-            score.add(batch, self.forward(batch).float())
+            score.add(batch, self.forward(batch))
         self.val = score.result()
         self.val_step = self.step
         improved = self.val["val_cos"] > self.best_val_cos

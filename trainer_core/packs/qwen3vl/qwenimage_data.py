@@ -104,7 +104,9 @@ def check_templates(tokenizer: Any, what: str) -> None:
 # ---------------------------------------------------------------- references
 
 def target_size(width: int, height: int, area: int) -> tuple[int, int]:
-    """(w_bar, h_bar) of a reference rendered at `area` pixels (multiples of 32, at least 32)."""
+    """(w_bar, h_bar) of a reference rendered at `area` pixels (multiples of 32, at least 32); area 0 =
+    the image's own."""
+    area = area or width * height
     if width < 1 or height < 1 or area < 1:
         raise ValueError(f"an image must have positive sides and area, got {width}×{height} at {area}")
     vw = math.sqrt(float((area * width) // height))

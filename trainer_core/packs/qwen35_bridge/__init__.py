@@ -1,0 +1,327 @@
+"""Qwen3.5-9B bridge: one adapter for MOSS-Image and for FLUX.3 Klein's prompt upsampler.
+
+MOSS-Image conditions its DiT on Qwen3.5-9B's last hidden state over a chat template (references
+enter through the Qwen3.5 vision tower); FLUX.3 Klein was trained on captions a Qwen3.5-9B upsampler
+wrote. The `qwen35_bridge` adapter reads pig_clip's rows of the raw prompt and emits one row per
+Qwen3.5 token of the MOSS template (a seeded slot each: slot query + PCA seed of the Qwen3.5 id +
+the raw vision embed under image slots), plus, with `train.klein_head`, a fixed bank of
+`train.bank_slots` rows aligned to the prompt (row 3 + i ↔ student token i) that gives FLUX.3
+Klein's 20480-d conditioning. The Qwen3.5 vocabulary rides in the GGUF (`tokenizer.ggml.*`,
+pre = "qwen35"): the engine tokenizes the MOSS template with it. packs-contract-more §D.2, Part F.
+
+Only the prompt-aligned bank (ggk ≥ 0.9.4) is built; the legacy caption bank (a Qwen3.5 upsampler's
+caption as the Klein target) is not.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from trainer_core.base.errors import ModelFileError
+from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material
+from trainer_core.packs.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
+
+if TYPE_CHECKING:
+    from trainer_core.contract.adapter import AdapterConfig
+    from trainer_core.project import Project
+
+__all__ = ["PACK", "BridgePack", "TEACHER", "KLEIN_ENCODER"]
+
+OUT_DIM, VIS_DIM, SEED_VOCAB, BANK_DIM = 4096, 4096, 248320, 20480     # Qwen3.5-9B, 8 × 2560 (the 4B's taps)
+KLEIN_LAYERS = "4,8,12,16,20,24,28,32"
+# the disk estimate: ~25 slots of template and ~20 student rows a text sample, 192 tokens a reference
+_TEXT_SLOTS, _STUDENT_ROWS, _REF_TOKENS, _KLEIN_ROWS = 25, 20, 192, 81
+
+TEACHER = Material(
+    "teacher", "Qwen3.5-9B (teacher)", "hf_snapshot", repo="Qwen/Qwen3.5-9B",
+    patterns=("config.json", "model.safetensors.index.json", "model*.safetensors", "preprocessor_config.json",
+              "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "chat_template.jinja"),
+    subdir="Qwen3.5-9B", size_hint="~19 GB",
+    hint="bf16 with its vision tower; resident it needs about 22 GB of GPU memory, smaller cards stream it from "
+         "RAM; its tokenizer also goes into the adapter")
+KLEIN_ENCODER = Material(
+    "klein_encoder", "Qwen3-VL-4B-Instruct (FLUX.3 Klein target)", "hf_snapshot", repo="Qwen/Qwen3-VL-4B-Instruct",
+    patterns=("config.json", "generation_config.json", "model.safetensors.index.json", "model-*.safetensors",
+              "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "chat_template.json"),
+    subdir="Qwen3-VL-4B-Instruct", size_hint="~8.3 GB",
+    hint="only with train.klein_head: its text stack gives the Klein bank's targets")
+
+
+@dataclass(frozen=True)
+class BridgePack(VisionPack):
+    """A VisionPack for its image corpus, reading of samples and materials; everything else its own."""
+
+    invalidating: tuple[str, ...] = ("train.max_slots", "train.klein_head", "train.bank_slots")
+
+    def student_chunks(self, text: str) -> list[str]:
+        """The raw prompt, one chunk, no attention parse (the engine's bridge path)."""
+        return [text]
+
+    def shard_contract_of(self, project: "Project") -> str:
+        t = project.settings.train
+        return f"{self.shard_contract}+prompt slots{t.max_slots} bank{t.bank_slots if t.klein_head else 0}"
+
+    def project_materials(self, project: "Project") -> tuple[Material, ...]:
+        """The Klein encoder only while the Klein head is on."""
+        found = super().project_materials(project)
+        return found if project.settings.train.klein_head else tuple(m for m in found if m.id != "klein_encoder")
+
+    # ------------------------------------------------------------ teacher
+    def _config(self, project: "Project", material: str) -> dict[str, Any] | None:
+        from trainer_core.contract.shards import mock_enabled
+        path = self.resolve_material(project, material) / "config.json"
+        if not path.is_file() and mock_enabled(project):
+            return None
+        path = self.require_material(project, material) / "config.json"
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ModelFileError(f"The config {path} cannot be read ({e}); download {self.material(material).repo} "
+                                 "again.") from None
+
+    def teacher_dims(self, project: "Project") -> dict[str, int]:
+        """Qwen3.5's text width (out_dim), vision output (vis_dim) and vocabulary (seed_vocab); the Klein
+        encoder's 8 taps × width (bank_dim) when the head is on. Reference shapes when mocked with no file."""
+        from trainer_core.packs.qwen3vl_flux3.template import taps_for
+        dims = dict(self.reference_dims)
+        config = self._config(project, "teacher")
+        try:
+            if config is not None:
+                text = config.get("text_config", config)
+                dims.update(out_dim=int(text["hidden_size"]), seed_vocab=int(text["vocab_size"]),
+                            vis_dim=int(config["vision_config"]["out_hidden_size"]))
+            klein = self._config(project, "klein_encoder") if project.settings.train.klein_head else None
+            if klein is not None:
+                kt = klein["text_config"]
+                dims["bank_dim"] = int(kt["hidden_size"]) * len(taps_for(int(kt["num_hidden_layers"])))
+        except (KeyError, TypeError, ValueError):
+            raise ModelFileError("The Qwen3.5 or Qwen3-VL config lacks hidden_size / vocab_size / "
+                                 "vision_config.out_hidden_size / num_hidden_layers; download the teacher "
+                                 "again.") from None
+        return dims
+
+    def build_teacher(self, project: "Project", device: Any) -> Any:
+        from trainer_core.packs.qwen35_bridge.teacher import Qwen35Teacher
+        p = project.settings.precompute
+        return Qwen35Teacher(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
+                             gpu_mem_gib=p.gpu_mem_gib)
+
+    def build_mock_teacher(self, project: "Project") -> Any:
+        from trainer_core.packs.qwen35_bridge.teacher import MockQwen35Teacher
+        dims = self.teacher_dims(project)
+        tokenizer = self.resolve_material(project, "teacher") / "tokenizer.json"
+        return MockQwen35Teacher(dims["out_dim"], dims["vis_dim"], tokenizer if tokenizer.is_file() else None)
+
+    def _klein_teacher(self, project: "Project", teacher: Any) -> Any:
+        from trainer_core.contract.shards import mock_enabled
+        from trainer_core.packs.qwen3vl_flux3.template import taps_for
+        if mock_enabled(project):
+            from trainer_core.packs.qwen3vl_flux3.teacher import MockKleinTeacher
+            dims = self.teacher_dims(project)
+            config = self._config(project, "klein_encoder")
+            n_layers = int(config["text_config"]["num_hidden_layers"]) if config else 36
+            return MockKleinTeacher(dims["bank_dim"], taps_for(n_layers))
+        from trainer_core.packs.qwen3vl_flux3.teacher import KleinTeacher
+        p = project.settings.precompute
+        return KleinTeacher(self.require_material(project, "klein_encoder"), device=getattr(teacher, "device", "cpu"),
+                            mode=p.teacher_mode, gpu_mem_gib=p.gpu_mem_gib)
+
+    def budgets(self, project: "Project", device: Any) -> Budgets:
+        from trainer_core.packs.qwen3vl.teacher import auto_budgets
+        p, auto = project.settings.precompute, auto_budgets(device, self.budget_scale)
+        big = getattr(device, "type", "cpu") == "cuda" and auto["teacher_batch"] >= 256
+        return Budgets(p.teacher_batch or (32 if big else 8), p.tok_budget or (6144 if big else 2048),
+                       p.student_batch or auto["student_batch"], p.student_tok_budget or auto["student_tok_budget"],
+                       p.vis_tok_budget or (4096 if big else 1024))
+
+    # ------------------------------------------------------------ precompute
+    def prepare(self, project: "Project", student: Any, teacher: Any, report: Any) -> Any:
+        """Check the teacher's MOSS template (and the Klein template on both tokenizers), fit or reuse the
+        seed table, load the Klein teacher when the head is on."""
+        from trainer_core.packs.qwen35_bridge.shards import BridgeSession
+        from trainer_core.packs.qwen35_bridge.template import check_template
+        from trainer_core.packs.qwen3vl_flux3.template import check_templates
+        t, c = project.settings.train, project.settings.corpus
+        encode = teacher.encode
+        check_template(encode, "teacher")
+        self._seed_table(project, teacher, report)
+        klein = None
+        if t.klein_head:
+            check_templates(student.tokenize, "student")
+            klein = self._klein_teacher(project, teacher)
+            tok = getattr(klein, "tokenizer", None)
+            if tok is not None:
+                check_templates(lambda s: tok.encode(s, add_special_tokens=False).ids, "Klein encoder")
+        log = lambda m: report("log", level="warning", message=m)  # noqa: E731
+        return BridgeSession(encode, c.ref_areas, c.two_image_max_area, t.max_slots,
+                             t.bank_slots if t.klein_head else 0, klein, log)
+
+    def _seed_table(self, project: "Project", teacher: Any, report: Any) -> None:
+        import time
+
+        from trainer_core.packs.qwen35_bridge.seed_table import (fit_seed_table, load_seed_table, random_seed_table,
+                                                                 save_seed_table)
+        vocab, rank = self.teacher_dims(project)["seed_vocab"], project.settings.train.seed_rank
+        path = project.root / "seed_table.pt"
+        record, why = load_seed_table(path, vocab, rank, self.id)
+        if record is not None:
+            report("log", level="info", message=f"seed table reused from {path.name} "
+                                                f"({record['variance_kept']:.3f} of the variance kept)")
+            return
+        table = teacher.embed_table()
+        started = time.monotonic()
+        if table is None:
+            fitted, kept = random_seed_table(vocab, rank), 0.0
+        else:
+            if table.shape[0] != vocab:
+                raise ModelFileError(f"The teacher's embedding table has {table.shape[0]} rows but its config says "
+                                     f"vocab_size {vocab}; download {self.teacher_repo} again.")
+            fitted, kept = fit_seed_table(table, rank)
+        save_seed_table(path, fitted, kept, self.id)
+        report("log", level="info", message=(f"{why}: " if why else "") + f"seed table fitted in "
+               f"{time.monotonic() - started:.1f} s ({vocab} × {rank}, {kept:.3f} of the variance kept"
+               f"{'; random: no teacher table' if table is None else ''}); saved to {path.name}")
+
+    def make_shard(self, prompts: list[Any], student: Any, teacher: Any, budgets: Budgets, session: Any = None
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+        from trainer_core.packs.qwen35_bridge.shards import build_shard
+        return build_shard(prompts, student, teacher, budgets, session, self.max_len_student)
+
+    def read_samples(self, project: "Project", path: Any) -> list[dict[str, Any]]:
+        """The image-corpus records, with their `klein` flag."""
+        samples = super().read_samples(project, path)
+        for sample, line in zip(samples, path.read_text(encoding="utf-8").splitlines()):
+            sample["klein"] = bool(json.loads(line).get("klein"))
+        return samples
+
+    # ------------------------------------------------------------ train / export
+    def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
+        from trainer_core.contract.adapter import AdapterConfig
+        dims, t = self.teacher_dims(project), project.settings.train
+        return AdapterConfig("qwen35_bridge", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width, depth=t.depth,
+                             seed_vocab=dims["seed_vocab"], seed_rank=t.seed_rank, vis_dim=dims["vis_dim"],
+                             max_slots=t.max_slots, n_bank=t.bank_slots if t.klein_head else 0,
+                             bank_dim=dims["bank_dim"] if t.klein_head else 0, bank_align=True)
+
+    def load_frozen(self, project: "Project", model: Any) -> None:
+        """The seed table precompute fitted, into the frozen seed_embed."""
+        import torch
+
+        from trainer_core.packs.qwen35_bridge.seed_table import require_seed_table
+        c = model.config
+        table = require_seed_table(project.root / "seed_table.pt", c.seed_vocab, c.seed_rank, self.id)
+        with torch.no_grad():
+            model.seed_embed.weight.copy_(table.float())
+
+    def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
+        bank = config.n_bank > 0
+        return {"adapter.kind": "qwen35_bridge", "adapter.n_bank": config.n_bank, "adapter.bank_dim": config.bank_dim,
+                "adapter.bank_align": int(config.bank_align), "adapter.max_slots": config.max_slots,
+                "adapter.seed_rank": config.seed_rank, "adapter.seed_vocab": config.seed_vocab,
+                "adapter.vis_dim": config.vis_dim, **self.export_kvs,
+                "adapter.bank_target": "prompt" if bank else "",
+                "adapter.target": "moss_image rows (Qwen3.5-9B last hidden state per template token, "
+                                  f"{config.out_dim})" + (f" + flux3 klein bank (Qwen3-VL-4B layers 4..32 of the "
+                                                          f"prompt as typed (token-aligned), {config.bank_dim})"
+                                                          if bank else "")}
+
+    def export_arrays(self, project: "Project") -> dict[str, list[str]]:
+        """The Qwen3.5 vocabulary and merges the engine tokenizes the MOSS template with."""
+        from trainer_core.packs.qwen35_bridge.teacher import tokenizer_arrays
+        path = self.resolve_material(project, "teacher") / "tokenizer.json"
+        if not path.is_file():
+            raise ModelFileError(f"The adapter must carry the Qwen3.5 vocabulary but {path} is missing; download "
+                                 f"the teacher ({self.teacher_repo}) — its tokenizer.json is enough — then export "
+                                 "again.")
+        tokens, merges = tokenizer_arrays(path, self.teacher_dims(project)["seed_vocab"])
+        return {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": merges}
+
+    def student_states(self, student: Any, text: str) -> Any:
+        ids, mask = student.batch([student.tokenize(text)])
+        return student.hidden(ids, mask)[0].cpu().numpy()
+
+    def ggk_command(self, project: "Project") -> str:
+        """The MOSS-Image line; with the Klein head also FLUX.3 Klein's, as ggk's prompt-upsampler front end
+        hands it to the engine (the adapter in place of the Qwen3-VL-4B encoder, 4 steps, cfg 1)."""
+        moss = super().ggk_command(project)
+        if not project.settings.train.klein_head:
+            return moss
+        klein = (moss.replace(self.ggk_model_args, "--diffusion-model flux3-image-klein-nvfp4.gguf --vae "
+                                                   "pig_flux2_vae_fp32-f16.gguf")
+                 .replace("--sampling-method", "--cfg-scale 1 --steps 4 --sampling-method"))
+        return moss + "\n" + klein
+
+    def shard_bytes(self, project: "Project", dims: Mapping[str, int], student_dim: int) -> float:
+        """Per sample: the student's rows, a slot row per template token, the raw vision rows of its
+        references (their slots' targets too), and a Klein sample's bank rows, over the corpus mix."""
+        c, t = project.settings.corpus, project.settings.train
+        samples = c.n_image + c.n_two + c.n_text + c.n_val_image + c.n_val_text
+        refs = c.n_image + c.n_val_image + 2 * c.n_two
+        per = (_STUDENT_ROWS * student_dim + _TEXT_SLOTS * dims["out_dim"]) * 2
+        vis = refs * _REF_TOKENS * (dims["out_dim"] + dims["vis_dim"]) * 2
+        klein = (c.n_klein + c.n_val_klein) * _KLEIN_ROWS * dims.get("bank_dim", BANK_DIM) * 2 if t.klein_head else 0
+        return per + (vis + klein) / max(samples, 1)
+
+    def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
+        """A tiny random Qwen3.5 (with a small Qwen3.5-format tokenizer), a tiny Qwen3-VL for the Klein head,
+        and generated captioned scenes."""
+        from trainer_core.demo.fixtures import write_demo_images
+        from trainer_core.packs.qwen35_bridge.tiny import write_tiny_qwen35
+        from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl
+        write_tiny_qwen35(self.resolve_material(project, "teacher"))
+        write_tiny_qwen3vl(self.resolve_material(project, "klein_encoder"), layers=9)
+        write_demo_images(project.materials_dir / "demo_images", DEMO_IMAGES)
+
+
+PACK = BridgePack(
+    id="qwen35_bridge",
+    title="Qwen3.5-9B bridge (MOSS-Image + FLUX.3 Klein upsampler → seeded slots + bank)",
+    description=(
+        "Replaces Qwen3.5-9B for MOSS-Image (its last hidden state per chat-template token, references "
+        "through the unchanged mmproj-qwen3.5-9b vision tower) with pig_clip and a seeded-slot resampler; "
+        "optionally a prompt-aligned bank also gives FLUX.3 Klein's conditioning (the prompt upsampler "
+        "path). The Qwen3.5 vocabulary rides in the adapter. Needs ggk 0.9.4 or later."
+    ),
+    adapter_kind="qwen35_bridge",
+    corpus_kind="image",
+    default_folder="qwen3.5_9b_adapter",
+    shard_contract="qwen35_bridge/1",
+    teacher_repo="Qwen/Qwen3.5-9B",
+    defaults={
+        "corpus": {"image_presets": ["flickr30k"], "n_image": 8000, "n_two": 400, "n_text": 16000,
+                   "n_val_image": 256, "n_val_text": 384, "empty_frac": 0.015,
+                   "ref_areas": [[0, 0.40], [262144, 0.30], [589824, 0.20], [1048576, 0.10]],
+                   "n_klein": 6000, "n_val_klein": 128},
+        "precompute": {"shard_size": 256, "val_shard_size": 128, "teacher_batch": 0, "tok_budget": 0,
+                       "student_batch": 0, "student_tok_budget": 0, "vis_tok_budget": 0, "teacher_mode": "auto"},
+        "train": {"width": 1024, "depth": 6, "steps": 20000, "batch_size": 32, "seed_rank": 384, "max_slots": 2304,
+                  "klein_head": True, "bank_slots": 240, "batch_tokens": 20480, "sigma_floor": 0.03},
+        "export": {"export_sigvq": False},
+    },
+    export_kvs={
+        "adapter.qwen_hidden_source": "final_norm",
+        "adapter.teacher": "Qwen/Qwen3.5-9B",
+        "adapter.student_prompt": "raw_text",
+        "adapter.vision": "qwen3.5 vision tower (mmproj-qwen3.5-9b), raw main output",
+        "adapter.bank_layers": KLEIN_LAYERS,
+        "adapter.bank_teacher": "Qwen/Qwen3-VL-4B-Instruct",
+    },
+    ggk_min_version="0.9.4",
+    budget_scale=0.5,
+    max_len_student=4096,
+    materials=STUDENT_MATERIALS + (TEACHER, KLEIN_ENCODER),
+    metric_names=("cos_centered_moss", "cos_centered_klein", "cos_rms_moss", "cos_rms_klein", "cos_raw_moss",
+                  "cos_raw_klein", "cos_centered", "cos_rms", "rel_mse", "worst_row_cos_rms", "roundtrip_cos",
+                  "val_batches", "klein_batches", "val_samples"),
+    ggk_model_args="--diffusion-model moss-image-sft-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
+    ggk_args=("--llm {student} --llm-adapter {gguf} --llm_vision mmproj-qwen3.5-9b-f16.gguf --ref-image sheep.png "
+              "--sampling-method euler --diffusion-fa"),
+    reference_dims={"out_dim": OUT_DIM, "vis_dim": VIS_DIM, "seed_vocab": SEED_VOCAB, "bank_dim": BANK_DIM},
+    extra_settings=("train.seed_rank", "train.max_slots", "train.klein_head", "train.bank_slots", "corpus.n_klein",
+                    "corpus.n_val_klein"),
+    # the demo's references at their own size or 256²: 64-ish tokens each, the whole run in ~35 s
+    demo_settings=(*IMAGE_DEMO_SETTINGS, "corpus.n_klein=40", "corpus.n_val_klein=8",
+                   "corpus.ref_areas=[[0, 0.7], [65536, 0.3]]", "train.seed_rank=16", "train.max_slots=640",
+                   "train.bank_slots=80", "train.batch_tokens=0", "train.batch_size=8"),
+)
