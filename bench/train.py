@@ -1,11 +1,12 @@
 """Train-stage throughput and memory: the real stage (A) against a bare PyTorch loop (B).
 
-    PYTHONPATH=. python bench/train.py [--steps N] [--prompts N] [--device cpu|cuda] [--width W]
-        [--depth D] [--batch B] [--rounds R] [--threads T] [--scale S] [--cadence default|demo]
-        [--profile FILE]
+    PYTHONPATH=. python bench/train.py [--pack ID] [--steps N] [--prompts N] [--device cpu|cuda]
+        [--width W] [--depth D] [--batch B] [--rounds R] [--threads T] [--scale S]
+        [--cadence default|demo] [--profile FILE]
 
-A demo project (trainer_core.demo.build) is built in a temp folder with N synthetic train prompts; its
-corpus and precompute stages run for real. The defaults (width 128, depth 2, batch 32, 300
+A demo project (trainer_core.demo.build) of the pack (`--pack`, any demo pack; PixArt by default) is
+built in a temp folder with N synthetic train prompts (image packs: N samples, half with a reference
+image); its corpus and precompute stages run for real. The defaults (width 128, depth 2, batch 32, 300
 steps) keep a whole run near 3 minutes on 2 CPU cores. `--cadence default` (the default) keeps
 the settings' own cadence (metrics every 25 steps, last.pt every 250, validation every 500, so a
 300-step round saves twice and validates once, at its end); `--cadence demo` is the demo's (metrics
@@ -14,8 +15,9 @@ every 10, validation and last.pt every 50), ten times the validation work of a r
   A  the train stage: `Trainer(project, report).train(never)` from a fresh checkpoints folder,
      with its real cadence (metrics every log_every, validation every val_every, last.pt every
      save_every, best.pt whenever validation improves) and its stream of memory-mapped shards;
-  B  the minimum: the same adapter (same config, same seed, so the same init), AdamW
-     0.9/0.95, the same lr schedule and gradient clipping, `losses.distill_loss`, on the same
+  B  the minimum: the same adapter (same config, same seed and frozen parts, so the same init),
+     AdamW 0.9/0.95, the same lr schedule and gradient clipping, the pack's own loss
+     (`objective.batch_loss` of `objective.model_outputs`, float32, no host sync), on the same
      batches collated once into memory before the round: no stream, I/O, logging or validation.
 
 Both runs do the same optimizer math on the same batches, so they end on the same weights
@@ -59,7 +61,7 @@ from trainer_core.demo.build import build_demo
 from trainer_core.demo.fixtures import demo_prompts
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import ListReport
-from trainer_core.contract.losses import distill_loss
+from trainer_core.contract.objective import batch_loss, model_outputs
 from trainer_core.project import Project
 from trainer_core.contract.schedule import lr_at
 from trainer_core.contract.shards import valid_shards
@@ -108,6 +110,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pack", default="t5xxl_pixart", help="the demo pack whose geometry is measured")
     parser.add_argument("--steps", type=int, default=300, help="train.steps of every run (default 300)")
     parser.add_argument("--prompts", type=int, default=480, help="train prompts of the 1x corpus (default 480)")
     parser.add_argument("--device", default="cpu", help="train.device (default cpu)")
@@ -134,20 +137,22 @@ def bench_settings(args: argparse.Namespace) -> list[str]:
     log_every, val_every, save_every = ((10, 50, 50) if args.cadence == "demo"
                                         else (d.log_every, d.val_every, d.save_every))
     return [f"train.device={args.device}", f"train.width={args.width}", f"train.depth={args.depth}",
-            f"train.batch_size={args.batch}", f"train.steps={args.steps}", "train.warmup=20",
+            f"train.batch_size={args.batch}", f"train.steps={args.steps}", "train.warmup=20", "train.batch_tokens=0",
             f"train.log_every={log_every}", f"train.val_every={val_every}", f"train.save_every={save_every}"]
 
 
 def build_project(root: Path, args: argparse.Namespace, n_train: int) -> Project:
-    """The demo project with n_train synthetic train prompts, its corpus and shards written."""
+    """The pack's demo project with n_train synthetic train samples, its corpus and shards written."""
     started = time.perf_counter()
-    project = build_demo(root, "t5xxl_pixart")
+    project = build_demo(root, args.pack)
     prompt_file = project.materials_dir / "bench_prompts.txt"
     # the demo's word lists, on whose prompts the demo's T5 vocabulary was trained
     prompts = demo_prompts(n_train + project.settings.corpus.n_val + 200, seed=BENCH_SEED)
     prompt_file.write_text("".join(p + "\n" for p in prompts), encoding="utf-8")
+    size = ([f"corpus.n_image={n_train // 2}", f"corpus.n_text={n_train - n_train // 2}", "corpus.n_two=0"]
+            if project.pack.corpus_kind == "image" else [f"corpus.n_train={n_train}"])
     project.update_settings([f"corpus.extra_files=materials/demo_prompts.txt,materials/{prompt_file.name}",
-                             f"corpus.n_train={n_train}"] + bench_settings(args))
+                             *size] + bench_settings(args))
     report = ListReport()
     corpus_stage.run(project, report)
     precompute_stage.run(project, report, split="val")
@@ -178,13 +183,14 @@ class Bare:
     """B: the same adapter, optimizer, schedule and loss as the stage, and nothing else."""
 
     def __init__(self, project: Project, trainer: Trainer):
-        self.t, self.config, self.sigma = trainer.t, trainer.config, trainer.sigma
-        if self.config.standardized:
-            raise SystemExit("bench/train.py's bare loop covers raw-target packs (the demo's PixArt)")
+        self.t, self.config = trainer.t, trainer.config
+        self.mu, self.sigma, self.bank_stats = trainer.mu, trainer.sigma, trainer.bank_stats
         torch.manual_seed(self.t.seed)                     # the stage's init
-        self.model = build_adapter(self.config).to(trainer.device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.t.lr, betas=(0.9, 0.95),
-                                           weight_decay=self.t.weight_decay)
+        model = build_adapter(self.config)
+        project.pack.load_frozen(project, model)           # the frozen parts the stage loads
+        self.model = model.to(trainer.device)
+        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=self.t.lr,
+                                           betas=(0.9, 0.95), weight_decay=self.t.weight_decay)
 
     def run(self, batches: list[Batch]) -> None:
         t, model, optimizer = self.t, self.model, self.optimizer
@@ -193,8 +199,9 @@ class Bare:
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, t.lr, t.warmup, t.steps)
             optimizer.zero_grad(set_to_none=True)
-            pred = model(batch.h, batch.mask, seed_ids=batch.seed_ids).float()          # [B, 120, out]
-            loss, _ = distill_loss(pred, batch.target, self.sigma, batch.tmask, t.cos_weight)
+            out = model_outputs(self.config, model, batch)
+            out = tuple(None if o is None else o.float() for o in out) if isinstance(out, tuple) else out.float()
+            loss, _ = batch_loss(self.config, batch, out, self.mu, self.sigma, t.cos_weight, self.bank_stats)
             loss.backward()
             if t.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
@@ -236,6 +243,7 @@ def measure(project: Project, args: argparse.Namespace) -> dict[str, Any]:
         "ratio": round(statistics.median(a / b for a, b in zip(rates_a, rates_b)), 3),
         "peak_rss_mib_1x": 0.0, "peak_rss_mib_8x": 0.0, "rss_growth": 0.0,
         "same_weights": same_weights(trainer.model, bare.model),
+        "pack": project.pack.id,
         "settings": {"steps": t.steps, "width": t.width, "depth": t.depth, "batch_size": t.batch_size,
                      "warmup": t.warmup, "log_every": t.log_every, "val_every": t.val_every,
                      "save_every": t.save_every,

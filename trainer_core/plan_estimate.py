@@ -36,18 +36,21 @@ _TOKENS = 90                         # a prompt with its template, on average
 
 
 def teacher_bytes(project: Project) -> int | None:
-    """The teacher's weights: the safetensors on disk, else the material's size hint (~8.3 GB)."""
-    try:
-        material = project.pack.material("teacher")
-    except KeyError:
-        return None
-    root = project.pack.resolve_material(project, "teacher")
-    if root is not None and root.exists():
-        found = sum(p.stat().st_size for p in root.rglob("*.safetensors"))
-        if found:
-            return found
-    m = re.search(r"([\d.]+)\s*(GB|MB)", material.size_hint or "")
-    return int(float(m.group(1)) * (1e9 if m.group(2) == "GB" else 1e6)) if m else None
+    """The teacher's weights (every model the pack's precompute loads, pack.teacher_material_ids): the
+    safetensors on disk, else the material's size hint (~8.3 GB)."""
+    total, known = 0, False
+    for material_id in project.pack.teacher_material_ids(project):
+        try:
+            material = project.pack.material(material_id)
+        except KeyError:
+            continue
+        root = project.pack.resolve_material(project, material_id)
+        found = sum(p.stat().st_size for p in root.rglob("*.safetensors")) if root is not None and root.exists() else 0
+        if not found:
+            m = re.search(r"([\d.]+)\s*(GB|MB)", material.size_hint or "")
+            found = int(float(m.group(1)) * (1e9 if m.group(2) == "GB" else 1e6)) if m else 0
+        total, known = total + found, known or bool(found)
+    return total if known else None
 
 
 def _embedding(folder: Any) -> float:

@@ -29,7 +29,7 @@ from torch import nn
 
 __all__ = [
     "HEAD_DIM", "LN_EPS", "KINDS", "STANDARDIZED_KINDS", "AdapterConfig", "Attention",
-    "ResamplerBlock", "TokenBlock", "Resampler", "TokenAligned", "Layerwise", "Bridge", "build_adapter",
+    "ResamplerBlock", "TokenBlock", "Resampler", "TokenAligned", "Layerwise", "Bridge", "build_adapter", "run_block",
     "count_parameters", "expected_tensor_count",
 ]
 
@@ -203,6 +203,16 @@ class TokenBlock(nn.Module):
         return x + self.mlp(self.ln_mlp(x))
 
 
+def run_block(model: nn.Module, block: nn.Module, *args: Any) -> torch.Tensor:
+    """block(*args), under activation checkpointing while the model trains with `checkpointing` set
+    (train.grad_checkpoint): the block's activations are recomputed in the backward pass instead of
+    kept, the same numbers for less memory."""
+    if getattr(model, "checkpointing", False) and model.training and torch.is_grad_enabled():
+        from torch.utils.checkpoint import checkpoint
+        return checkpoint(block, *args, use_reentrant=False)
+    return block(*args)
+
+
 class Resampler(nn.Module):
     """Learned queries (optionally seeded with T5 ids) read the student states: [B, NQ, out]."""
 
@@ -227,7 +237,7 @@ class Resampler(nn.Module):
                 raise ValueError("a seeded resampler needs seed_ids [B, num_queries]")
             q = q + self.t5_embed(seed_ids)                           # query_i + t5_embed[id_i]
         for block in self.blocks:
-            q = block(q, kv, mask)
+            q = run_block(self, block, q, kv, mask)
         return self.out_proj(self.ln_out(q))                          # [B, NQ, out]
 
 
@@ -258,7 +268,7 @@ class TokenAligned(nn.Module):
         if vis is not None and hasattr(self, "vis_in"):
             x = x + self.vis_in(vis)             # raw mmproj rows at vision positions, zeros elsewhere
         for block in self.blocks:
-            x = block(x, mask)
+            x = run_block(self, block, x, mask)
         out = self.out_proj(self.ln_out(x))                           # [B, L, out]
         if hasattr(self, "skip"):
             out = out + self.skip(h)
@@ -287,7 +297,7 @@ class Layerwise(nn.Module):
     def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.in_proj(h)                                           # [B, L, W]
         for block in self.blocks:
-            x = block(x, mask)
+            x = run_block(self, block, x, mask)
         return self.out_proj(self.ln_out(x)) + self.skip(h)           # [B, L, n_taps · layer_dim]
 
 
@@ -355,7 +365,7 @@ class Bridge(nn.Module):
                 self_mask = torch.cat([torch.ones(B, c.n_bank, dtype=torch.bool, device=slot_mask.device),
                                        slot_mask], 1)
         for block in self.blocks:
-            q = block(q, kv, kv_mask, self_mask)
+            q = run_block(self, block, q, kv, kv_mask, self_mask)
         q = self.ln_out(q)
         bank_out = self.out_bank(q[:, :c.n_bank]) if c.n_bank else None
         return bank_out, self.out_proj(q[:, c.n_bank:])

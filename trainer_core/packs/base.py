@@ -167,6 +167,10 @@ class TrainerPack:
         the adapter, so the target is the unweighted one)."""
         return self.format_prompt(plain_text(text) if text else text)
 
+    def teacher_material_ids(self, project: "Project") -> tuple[str, ...]:
+        """The materials precompute loads as models (their weights count in the plan)."""
+        return ("teacher",)
+
     def shard_contract_of(self, project: "Project") -> str:
         """The contract this project's shards are written under: the pack's, plus what of the settings
         shapes the shards (`invalidating`)."""

@@ -62,6 +62,9 @@ class BridgePack(VisionPack):
         t = project.settings.train
         return f"{self.shard_contract}+prompt slots{t.max_slots} bank{t.bank_slots if t.klein_head else 0}"
 
+    def teacher_material_ids(self, project: "Project") -> tuple[str, ...]:
+        return ("teacher", "klein_encoder") if project.settings.train.klein_head else ("teacher",)
+
     def project_materials(self, project: "Project") -> tuple[Material, ...]:
         """The Klein encoder only while the Klein head is on."""
         found = super().project_materials(project)
