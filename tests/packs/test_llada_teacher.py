@@ -202,9 +202,9 @@ def test_masks_for_a_batch_without_padding_leave_everything_open_but_text_to_que
 def test_loading_leaves_the_rotary_table_uninitialised_and_the_teacher_repairs_it(snapshot, teacher):
     from transformers import AutoModel
 
-    from trainer_core.packs.rope_guard import ensure_default_rope
-    ensure_default_rope()
-    plain = AutoModel.from_pretrained(snapshot / "text_encoder", trust_remote_code=True, dtype=torch.float32)
+    from trainer_core.packs.rope_guard import default_rope
+    with default_rope():
+        plain = AutoModel.from_pretrained(snapshot / "text_encoder", trust_remote_code=True, dtype=torch.float32)
     assert table_problem(plain.model.rotary_emb.inv_freq) is not None, \
         "transformers now initialises non-persistent buffers: the guard's premise changed"
     assert any("model.rotary_emb" in note and "rebuilt from its config" in note for note in teacher.notes)

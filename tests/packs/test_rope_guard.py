@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer_core.packs.rope_guard import (RopeError, check_rope_tables, default_rope_init, ensure_default_rope,
+from trainer_core.packs.rope_guard import (RopeError, check_rope_tables, default_rope_init, default_rope,
                                            repair_rope_tables, rope_modules, table_problem)
 
 CONFIG = SimpleNamespace(hidden_size=64, num_attention_heads=4, head_dim=16, rope_theta=600000.0,
@@ -75,6 +75,10 @@ def test_transformers_5_gets_a_default_rope_type(monkeypatch):
     from transformers import modeling_rope_utils
     monkeypatch.setattr(modeling_rope_utils, "ROPE_INIT_FUNCTIONS",
                         {k: v for k, v in modeling_rope_utils.ROPE_INIT_FUNCTIONS.items() if k != "default"})
-    assert ensure_default_rope() is True
-    assert modeling_rope_utils.ROPE_INIT_FUNCTIONS["default"] is default_rope_init
-    assert ensure_default_rope() is False
+    with default_rope() as added:
+        assert added is True
+        assert modeling_rope_utils.ROPE_INIT_FUNCTIONS["default"] is default_rope_init
+        with default_rope() as again:
+            assert again is False
+        assert modeling_rope_utils.ROPE_INIT_FUNCTIONS["default"] is default_rope_init
+    assert "default" not in modeling_rope_utils.ROPE_INIT_FUNCTIONS      # transformers' own models keep theirs

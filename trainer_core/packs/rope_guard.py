@@ -8,18 +8,22 @@ plausible rows with the positions scrambled, and an adapter trained on them igno
 rebuilt from the module's config, and the teacher refuses to run while any table is still bad.
 
 transformers 5 also dropped the "default" entry of ROPE_INIT_FUNCTIONS that 4.x remote code
-asks for (`rope_type: default`); `ensure_default_rope()` puts one back.
+asks for (`rope_type: default`); `default_rope()` puts one back while such a model is built, and
+takes it away again: transformers' own models look the table up too when they initialise their
+rotary buffers, and a global "default" would replace their own (Qwen3.5's partial multimodal
+rope came out the wrong length when the LLaDA teacher had run earlier in the process).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
 
 from trainer_core.base.errors import TrainerError
 
-__all__ = ["ensure_default_rope", "default_rope_init", "rope_modules", "table_problem", "repair_rope_tables",
+__all__ = ["default_rope", "default_rope_init", "rope_modules", "table_problem", "repair_rope_tables",
            "check_rope_tables", "RopeError"]
 
 
@@ -40,13 +44,21 @@ def default_rope_init(config: Any, device: torch.device | None = None, *_: Any, 
     return inv_freq, 1.0
 
 
-def ensure_default_rope() -> bool:
-    """Register the "default" rope type if transformers lacks it; True when it was added."""
+@contextlib.contextmanager
+def default_rope() -> Iterator[bool]:
+    """The "default" rope type registered for the block when transformers lacks it (4.x remote code looks
+    it up when its modules are built; they keep the function), removed afterwards; yields whether it was
+    added."""
     from transformers import modeling_rope_utils
-    if "default" in modeling_rope_utils.ROPE_INIT_FUNCTIONS:
-        return False
-    modeling_rope_utils.ROPE_INIT_FUNCTIONS["default"] = default_rope_init
-    return True
+    table = modeling_rope_utils.ROPE_INIT_FUNCTIONS
+    added = "default" not in table
+    if added:
+        table["default"] = default_rope_init
+    try:
+        yield added
+    finally:
+        if added and table.get("default") is default_rope_init:
+            del table["default"]
 
 
 def rope_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:

@@ -41,7 +41,7 @@ from torch import nn
 
 from trainer_core.base.errors import ModelFileError, UsageError
 from trainer_core.packs.llada_image.contract import MAX_LEN_TEACHER
-from trainer_core.packs.rope_guard import check_rope_tables, ensure_default_rope, repair_rope_tables
+from trainer_core.packs.rope_guard import check_rope_tables, default_rope, repair_rope_tables
 
 __all__ = [
     "MAX_LEN_TEACHER", "QUERYFORMER_DEFAULTS", "TEXT_PROJECTION_DEFAULTS", "QueryFormer", "TextProjection",
@@ -317,7 +317,7 @@ def sequential_device_map(folder: str | os.PathLike, max_memory: dict[Any, str],
 
     gpus = [k for k in max_memory if isinstance(k, int)]
     config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
-    with init_empty_weights():
+    with init_empty_weights(), default_rope():
         empty = AutoModel.from_config(config, trust_remote_code=True, dtype=dtype)
     slots = {**{slot: max_memory[gpu] for slot, gpu in enumerate(gpus)},
              **{k: v for k, v in max_memory.items() if not isinstance(k, int)}}
@@ -382,7 +382,6 @@ class LLaDATeacher:
         self.num_queries = self.queryformer.num_queries
         self.out_dim = int(self.text_projection.projector.out_features)
 
-        ensure_default_rope()
         totals = ([torch.cuda.get_device_properties(i).total_memory / 2**30 for i in range(torch.cuda.device_count())]
                   if self.device.type == "cuda" else [])
         device_map, max_memory = placement_plan(self.device, placement, gpu_mem_gib, cpu_mem_gib, totals)
@@ -394,7 +393,8 @@ class LLaDATeacher:
         try:
             if device_map == "sequential" and gpus != sorted(gpus):     # the chosen card is not the first
                 kwargs["device_map"] = sequential_device_map(self.root / "text_encoder", max_memory, dtype)
-            backbone = AutoModel.from_pretrained(self.root / "text_encoder", **kwargs)
+            with default_rope():            # the remote code asks for the "default" rope type
+                backbone = AutoModel.from_pretrained(self.root / "text_encoder", **kwargs)
         except (OSError, ValueError, KeyError, ImportError) as e:
             raise ModelFileError(f"The LLaDA2-MoE text encoder in {self.root / 'text_encoder'} cannot be loaded "
                                  f"({type(e).__name__}: {e}); download inclusionAI/LLaDA-Image-Turbo again.") from None

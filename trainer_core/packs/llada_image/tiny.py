@@ -28,10 +28,8 @@ def write_tiny_llada(folder: str | os.PathLike, hidden: int = 32, layers: int = 
     from safetensors.torch import save_file
 
     from trainer_core.packs.llada_image.teacher import WEIGHTS_FILE, QueryFormer, TextProjection
-    from trainer_core.packs.rope_guard import ensure_default_rope
+    from trainer_core.packs.rope_guard import default_rope
     from trainer_core.packs.llada_image.tiny_model import configuration_tiny_llada, modeling_tiny_llada
-
-    ensure_default_rope()            # the remote code asks for the "default" rope type
 
     folder = Path(folder)
     write_qwen_tokenizer(folder / "tokenizer")
@@ -49,7 +47,8 @@ def write_tiny_llada(folder: str | os.PathLike, hidden: int = 32, layers: int = 
                  "norm_eps": 1e-6, "num_hidden_layers": tp_layers, "projection_dim": proj_dim}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(_LLADA_WEIGHTS_SEED)
-        backbone = modeling_tiny_llada.TinyLLaDAForEncoding(config)
+        with default_rope():            # the remote code asks for the "default" rope type
+            backbone = modeling_tiny_llada.TinyLLaDAForEncoding(config)
         small = {"queryformer": (QueryFormer(qf_config, blocks="layers"), qf_config),
                  "text_projection": (TextProjection(tp_config), tp_config)}
         for module, _ in small.values():
