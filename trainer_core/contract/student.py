@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer
 from transformers import Qwen3Config, Qwen3Model
@@ -80,8 +81,12 @@ def tokenize(tokenizer: Tokenizer, text: str) -> list[int]:
     return ids or [EMPTY_TOKEN_ID]
 
 
-def read_student_gguf(path: str | os.PathLike, config: Qwen3Config) -> dict[str, torch.Tensor]:
-    """The weights of a pig_clip GGUF as float32 tensors keyed by HF Qwen3Model names.
+def read_student_gguf(path: str | os.PathLike, config: Qwen3Config, dtype: torch.dtype = torch.float32
+                      ) -> dict[str, torch.Tensor]:
+    """The weights of a pig_clip GGUF as `dtype` tensors (float32 by default) keyed by HF Qwen3Model
+    names; each tensor is dequantized to float32 and cast on its own, so at most one float32 copy of
+    a tensor exists at a time (the whole model in float32 would double the peak memory of a bf16
+    student).
 
     Checks, in order, that the file is a complete GGUF, that it is a student, that its
     tensors are exactly those `config` asks for with the shapes it asks for, and that
@@ -122,8 +127,13 @@ def read_student_gguf(path: str | os.PathLike, config: Qwen3Config) -> dict[str,
     out = {}
     for key in expected:
         t = tensors[GGUF_PREFIX + key]
-        out[key] = torch.from_numpy(dequantize(path, t.name, t.tensor_type.name, t.data,
-                                               tuple(int(x) for x in t.shape)))
+        if t.tensor_type.name == "F16" and dtype != torch.float32:     # f16 → bf16/f16 directly (exact via f32)
+            shape = tuple(int(x) for x in reversed(t.shape.tolist()))
+            out[key] = torch.from_numpy(np.array(t.data, dtype=np.float16).reshape(shape)).to(dtype)
+            continue
+        wide = torch.from_numpy(dequantize(path, t.name, t.tensor_type.name, t.data, tuple(int(x) for x in t.shape)))
+        out[key] = wide if dtype == torch.float32 else wide.to(dtype)
+        del wide
     return out
 
 
@@ -247,9 +257,10 @@ def load_student(gguf_path: str | os.PathLike, snapshot_dir: str | os.PathLike,
     config = read_student_config(snapshot_dir)
     tokenizer = load_tokenizer(snapshot_dir)
     engine = EngineBPE.from_folder(snapshot_dir)
-    state = read_student_gguf(gguf_path, config)
+    state = read_student_gguf(gguf_path, config, dtype)
     model = _empty_model(config)
     model.load_state_dict(state, strict=True, assign=True)
+    del state
     model.to(device=device, dtype=dtype).eval()
     return Student(model, config, tokenizer, engine)
 
