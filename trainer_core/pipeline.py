@@ -30,7 +30,7 @@ from trainer_core.project import Project, remember_last_project
 from trainer_core.runner import LOCK_FD_ENV, acquire_run_lock, child_env, read_pid_file, write_pid_file
 from trainer_core.stages import STAGE_NAMES, STAGES, StageSpec, stage_done
 from trainer_core.contract.dist import launcher_argv
-from trainer_core.stages.base import EXIT_DONE, EXIT_STOPPED, PARENT_PID_ENV, RUN_ID_ENV
+from trainer_core.stages.base import EXIT_DONE, EXIT_STOPPED, HANDOFF, PARENT_PID_ENV, RUN_ID_ENV
 from trainer_core.term_progress import TerminalBars
 
 __all__ = ["Driver", "run_pipeline", "main", "check_only"]
@@ -58,6 +58,7 @@ class Driver:
         self.events = EventWriter(project.events_jsonl)
         self.log_fd = os.open(project.pipeline_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.state: dict[str, Any] = {}
+        self.handled: set[str] = set()      # stages a previous stage's process ran (precompute_train)
         self._state_written = 0.0
         self.bars = TerminalBars(sys.stdout) if echo else None     # `gguf-trainer run`: bars on a terminal
 
@@ -173,7 +174,7 @@ class Driver:
         outcome, error = "done", None
         try:
             for spec in STAGES:
-                if self.only and spec.name not in self.only:
+                if (self.only and spec.name not in self.only) or spec.name in self.handled:
                     continue
                 forced = self.force and spec.forceable
                 if not forced and self._skip_if_done(spec):
@@ -224,6 +225,27 @@ class Driver:
         s = Project.open(self.project.root).settings      # as saved now, not when the run started
         return s.precompute.gpus if stage.startswith("precompute") else s.train.gpus if stage == "train" else 1
 
+    def _joined(self, spec: StageSpec) -> StageSpec | None:
+        """The stage the process of `spec` runs next, keeping its models: precompute_train after
+        precompute_val, when this run has it to do and one process does the precompute."""
+        if spec.name != "precompute_val" or self._processes(spec.name) > 1:
+            return None
+        nxt = STAGES[STAGE_NAMES.index(spec.name) + 1]
+        if (self.only and nxt.name not in self.only) or stage_done(self.project, nxt.name):
+            return None
+        return nxt
+
+    def _handoff(self, spec: StageSpec, nxt: StageSpec, at: float) -> None:
+        """The child finished `spec` and went on to `nxt` (its status event said so)."""
+        self.log("done", spec.name)
+        self.emit("status", stage=spec.name, status="done", finished=at)
+        self.handled.add(nxt.name)
+        self.state["stage"] = nxt.name
+        self.state["stages"][nxt.name] = {"started": time.time()}
+        self.log("starting (in the same process: the student and the teacher stay loaded)", nxt.name)
+        self.emit("status", stage=nxt.name, status="running", pid=self.child.pid if self.child else None,
+                  forced=False)
+
     def _run_stage(self, spec: StageSpec, forced: bool) -> tuple[str, str | None]:
         self.state["stage"] = spec.name
         self.state["stages"][spec.name] = {"started": time.time()}
@@ -234,6 +256,9 @@ class Driver:
             self.emit("status", stage=spec.name, status="failed", finished=time.time())
             return "failed", message
         argv = [sys.executable, "-m", spec.module, "--project", str(self.project.root), *spec.args]
+        nxt = self._joined(spec)
+        if nxt is not None:
+            argv += ["--then", nxt.name.split("_", 1)[1]]
         processes = self._processes(spec.name)
         if processes > 1:             # torchrun starts the ranks (see trainer_core.contract.dist)
             argv = launcher_argv(spec.module, processes, argv[3:])
@@ -258,6 +283,10 @@ class Driver:
                 continue
             if event["type"] == "error":
                 last_error = event["payload"].get("message")
+            if nxt is not None and event["type"] == "status" and event["payload"].get(HANDOFF) == nxt.name:
+                self._handoff(spec, nxt, event["time"])
+                spec, nxt = nxt, None
+                continue
             self.emit(event["type"], stage=spec.name, at=event["time"], **event["payload"])
         code = self.child.wait()
         self.child = None

@@ -29,10 +29,13 @@ from trainer_core.base.locks import FileLock
 from trainer_core.project import Project
 from trainer_core.base.procs import LOCK_FD_ENV, write_pid_file
 
-__all__ = ["EXIT_DONE", "EXIT_FAILED", "EXIT_STOPPED", "StopRequest", "stage_main", "never",
+__all__ = ["EXIT_DONE", "EXIT_FAILED", "EXIT_STOPPED", "HANDOFF", "StopRequest", "stage_main", "never",
            "RUN_ID_ENV", "PARENT_PID_ENV"]
 
 EXIT_DONE, EXIT_FAILED, EXIT_STOPPED = 0, 1, 4
+# a status payload key: "this stage is done, the same process now runs the stage named here"
+# (precompute_val → precompute_train with the models still loaded; see stages/precompute.py)
+HANDOFF = "handoff"
 RUN_ID_ENV = "GGUF_TRAINER_RUN_ID"
 PARENT_PID_ENV = "GGUF_TRAINER_PARENT_PID"
 
@@ -116,6 +119,7 @@ def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m trainer_core.stages.{name}")
     parser.add_argument("--project", required=True)
     parser.add_argument("--split", choices=("val", "train"))
+    parser.add_argument("--then", choices=("train",), help="precompute: the split to run next in this process")
     args = parser.parse_args(argv)
     report: Report = Reporter()
     try:
@@ -138,7 +142,8 @@ def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
     if main:
         write_pid_file(project.stage_pid, os.getpid())
     try:
-        outcome = run(project, report, stop, **({"split": args.split} if args.split else {}))
+        outcome = run(project, report, stop, **({"split": args.split} if args.split else {}),
+                      **({"then": args.then} if args.then else {}))
         _report_vram(report)
         return EXIT_STOPPED if outcome == "stopped" else EXIT_DONE
     except TrainerError as e:

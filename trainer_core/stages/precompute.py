@@ -1,9 +1,13 @@
 """Precompute stage: corpus → shards of student states and teacher targets, one split per run.
 
-    python -m trainer_core.stages.precompute --project DIR --split val|train
+    python -m trainer_core.stages.precompute --project DIR --split val|train [--then train]
 
 Shard i holds corpus lines [i·size, (i+1)·size). The student and the teacher are loaded once
-per stage process, only when a shard is missing. Under a launcher (torchrun, accelerate launch,
+per stage process, only when a shard is missing. With `--then train` (the driver passes it when
+both splits are to run in one process) the process goes on to the train split after the val split,
+keeping the student, the teacher and the pack's session: a status event with `handoff` tells the
+driver that precompute_val is done and precompute_train has begun — the second split pays no
+interpreter start, no imports and no model loading. Under a launcher (torchrun, accelerate launch,
 or RANK / WORLD_SIZE set by hand on several machines sharing the project) rank r computes the
 shards whose index ≡ r (mod world size) and rank 0 waits until every shard is on disk; no
 collective is used, so a failed rank only redoes its own shards. A shard is written atomically, so a rerun
@@ -26,7 +30,7 @@ from trainer_core.base.events import Report
 from trainer_core.project import Project
 from trainer_core.contract.shards import (contract_for, expected_shards, mock_enabled, prepare_split, read_contract,
                                           remove_temps, shard_files, shard_path, write_shard)
-from trainer_core.stages.base import never, stage_main
+from trainer_core.stages.base import HANDOFF, never, stage_main
 
 __all__ = ["run", "load_models"]
 
@@ -54,7 +58,29 @@ def load_models(project: Project, report: Report) -> tuple[Any, Any, Any]:
 
 
 def run(project: Project, report: Report, should_stop: Callable[[], bool] = never,
-        split: str = "train") -> str:
+        split: str = "train", then: str | None = None) -> str:
+    loaded: list[tuple[Any, ...]] = []       # the models of this call, loaded on the first missing shard
+    outcome = _run_split(project, report, should_stop, split, loaded)
+    if outcome != "done" or not then:
+        return outcome
+    report("status", status="done", **{HANDOFF: f"precompute_{then}"})
+    if hasattr(report, "stage"):            # what the events say after a driver crash
+        report.stage = f"precompute_{then}"
+    return _run_split(project, report, should_stop, then, loaded)
+
+
+def _models(project: Project, report: Report, loaded: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """(student, teacher, device, session, budgets), loaded and prepared once for both splits of a run."""
+    if not loaded:
+        student, teacher, device = load_models(project, report)
+        pack = project.pack
+        session = pack.prepare(project, student, teacher, report)
+        loaded.append((student, teacher, device, session, pack.budgets(project, device)))
+    return loaded[0]
+
+
+def _run_split(project: Project, report: Report, should_stop: Callable[[], bool], split: str,
+               loaded: list[tuple[Any, ...]]) -> str:
     pack = project.pack
     train_file, val_file = project.corpus_files()
     corpus = pack.read_samples(project, val_file if split == "val" else train_file)
@@ -71,7 +97,7 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     report("progress", count=len(own) - len(missing), total=len(own), unit="shards", **_rank_fields(rank),
            detail=f"{split}: {len(corpus)} prompts in {total} shards, {len(missing)} to compute")
     if missing and not should_stop():
-        outcome = _compute(project, report, should_stop, split, corpus, missing, len(own), rank)
+        outcome = _compute(project, report, should_stop, split, corpus, missing, len(own), rank, loaded)
         if outcome != "done":
             return outcome
     elif missing:
@@ -114,13 +140,11 @@ def _split_ready(project: Project, split: str, rank: Rank, report: Report, shoul
 
 
 def _compute(project: Project, report: Report, should_stop: Callable[[], bool], split: str, corpus: list[Any],
-             missing: list[int], owned: int, rank: Rank) -> str:
+             missing: list[int], owned: int, rank: Rank, loaded: list[tuple[Any, ...]]) -> str:
     pack, p = project.pack, project.settings.precompute
     size = p.val_shard_size if split == "val" else p.shard_size
     total = expected_shards(project, split, len(corpus))
-    student, teacher, device = load_models(project, report)
-    session = pack.prepare(project, student, teacher, report)
-    budgets = pack.budgets(project, device)
+    student, teacher, device, session, budgets = _models(project, report, loaded)
     rates: collections.deque[float] = collections.deque(maxlen=5)   # samples/s of the last shards
     done = owned - len(missing)
     for n, index in enumerate(missing):
