@@ -63,7 +63,7 @@ from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import ListReport
 from trainer_core.contract.objective import batch_loss, model_outputs
 from trainer_core.project import Project
-from trainer_core.contract.schedule import lr_at
+from trainer_core.contract.schedule import lr_at, make_optimizer
 from trainer_core.contract.shards import valid_shards
 from trainer_core.stages import corpus as corpus_stage
 from trainer_core.stages import precompute as precompute_stage
@@ -189,8 +189,8 @@ class Bare:
         model = build_adapter(self.config)
         project.pack.load_frozen(project, model)           # the frozen parts the stage loads
         self.model = model.to(trainer.device)
-        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=self.t.lr,
-                                           betas=(0.9, 0.95), weight_decay=self.t.weight_decay)
+        self.optimizer = make_optimizer([p for p in self.model.parameters() if p.requires_grad], self.t.lr,
+                                        self.t.weight_decay)            # the multi-tensor AdamW, as the stage
 
     def run(self, batches: list[Batch]) -> None:
         t, model, optimizer = self.t, self.model, self.optimizer

@@ -28,7 +28,7 @@ from trainer_core.base.events import EventWriter, make_event, parse_event
 from trainer_core.base.locks import FileLock
 from trainer_core.project import Project, remember_last_project
 from trainer_core.runner import LOCK_FD_ENV, acquire_run_lock, child_env, read_pid_file, write_pid_file
-from trainer_core.stages import STAGE_NAMES, STAGES, StageSpec, stage_done
+from trainer_core.stages import STAGE_NAMES, STAGES, StageSpec, stage_done, stage_wanted
 from trainer_core.contract.dist import launcher_argv
 from trainer_core.stages.base import EXIT_DONE, EXIT_STOPPED, HANDOFF, PARENT_PID_ENV, RUN_ID_ENV
 from trainer_core.term_progress import TerminalBars
@@ -58,7 +58,7 @@ class Driver:
         self.events = EventWriter(project.events_jsonl)
         self.log_fd = os.open(project.pipeline_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.state: dict[str, Any] = {}
-        self.handled: set[str] = set()      # stages a previous stage's process ran (precompute_train)
+        self.handled: set[str] = set()      # stages that ran in an earlier stage's process (a chain)
         self._state_written = 0.0
         self.bars = TerminalBars(sys.stdout) if echo else None     # `gguf-trainer run`: bars on a terminal
 
@@ -208,14 +208,13 @@ class Driver:
             self.log(f"the plan was not kept ({e})")
 
     def _skip_if_done(self, spec: StageSpec) -> bool:
-        settings = self.project.reload()
-        if spec.name == "eval" and not settings.export.run_eval:
+        if stage_wanted(self.project, spec.name):
+            return False
+        if spec.name == "eval" and not self.project.settings.export.run_eval:
             if not stage_done(self.project, "eval"):
                 self.log("evaluation is off (export.run_eval); skipping", spec.name)
                 self.emit("status", stage=spec.name, status="skipped", skipped=True, detail="export.run_eval is off")
             return True
-        if not stage_done(self.project, spec.name):
-            return False
         self.log("already done, skipping", spec.name)
         self.emit("status", stage=spec.name, status="done", skipped=True)
         return True
@@ -225,15 +224,19 @@ class Driver:
         s = Project.open(self.project.root).settings      # as saved now, not when the run started
         return s.precompute.gpus if stage.startswith("precompute") else s.train.gpus if stage == "train" else 1
 
-    def _joined(self, spec: StageSpec) -> StageSpec | None:
-        """The stage the process of `spec` runs next, keeping its models: precompute_train after
-        precompute_val, when this run has it to do and one process does the precompute."""
-        if spec.name != "precompute_val" or self._processes(spec.name) > 1:
-            return None
-        nxt = STAGES[STAGE_NAMES.index(spec.name) + 1]
-        if (self.only and nxt.name not in self.only) or stage_done(self.project, nxt.name):
-            return None
-        return nxt
+    def _chain(self, spec: StageSpec) -> list[StageSpec]:
+        """The stages the process of `spec` may go on to (StageSpec.chains): the ones after it that
+        this run includes, as long as each runs in one process. The child checks at each handoff
+        that the stage is still to do (stages.stage_wanted) and ends the chain where it is not."""
+        chain: list[StageSpec] = []
+        current = spec
+        while current.chains and self._processes(current.name) == 1:
+            nxt = STAGES[STAGE_NAMES.index(current.name) + 1]
+            if (self.only and nxt.name not in self.only) or self._processes(nxt.name) > 1:
+                break
+            chain.append(nxt)
+            current = nxt
+        return chain
 
     def _handoff(self, spec: StageSpec, nxt: StageSpec, at: float) -> None:
         """The child finished `spec` and went on to `nxt` (its status event said so)."""
@@ -242,9 +245,10 @@ class Driver:
         self.handled.add(nxt.name)
         self.state["stage"] = nxt.name
         self.state["stages"][nxt.name] = {"started": time.time()}
-        self.log("starting (in the same process: the student and the teacher stay loaded)", nxt.name)
+        kept = "the student and the teacher stay loaded" if nxt.split == "train" else "no new interpreter"
+        self.log(f"starting (in the same process: {kept})", nxt.name)
         self.emit("status", stage=nxt.name, status="running", pid=self.child.pid if self.child else None,
-                  forced=False)
+                  forced=self.force and nxt.forceable)
 
     def _run_stage(self, spec: StageSpec, forced: bool) -> tuple[str, str | None]:
         self.state["stage"] = spec.name
@@ -256,9 +260,9 @@ class Driver:
             self.emit("status", stage=spec.name, status="failed", finished=time.time())
             return "failed", message
         argv = [sys.executable, "-m", spec.module, "--project", str(self.project.root), *spec.args]
-        nxt = self._joined(spec)
-        if nxt is not None:
-            argv += ["--then", nxt.name.split("_", 1)[1]]
+        chain = self._chain(spec)
+        if chain:
+            argv += ["--then", *(c.name for c in chain), *(["--force"] if self.force else [])]
         processes = self._processes(spec.name)
         if processes > 1:             # torchrun starts the ranks (see trainer_core.contract.dist)
             argv = launcher_argv(spec.module, processes, argv[3:])
@@ -283,9 +287,9 @@ class Driver:
                 continue
             if event["type"] == "error":
                 last_error = event["payload"].get("message")
-            if nxt is not None and event["type"] == "status" and event["payload"].get(HANDOFF) == nxt.name:
-                self._handoff(spec, nxt, event["time"])
-                spec, nxt = nxt, None
+            if chain and event["type"] == "status" and event["payload"].get(HANDOFF) == chain[0].name:
+                self._handoff(spec, chain[0], event["time"])
+                spec = chain.pop(0)
                 continue
             self.emit(event["type"], stage=spec.name, at=event["time"], **event["payload"])
         code = self.child.wait()

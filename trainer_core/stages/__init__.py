@@ -3,6 +3,11 @@
 "Done" never comes from state.json: after a crash or a reboot the state may be stale, the
 files are not. A stage whose `module` is None is not implemented in this version; the
 pipeline reports that as a failure instead of pretending.
+
+Stages marked `chains` may hand over to the next stage inside their own process (see
+stages/base.py): corpus → precompute_val → precompute_train share one process (the student and
+the teacher load once), train → export → eval another (one interpreter start and one torch
+import instead of three). The teacher's process still ends before training starts.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from trainer_core.contract import checkpoints
 from trainer_core.project import Project
 from trainer_core.contract.shards import expected_shards, valid_shards
 
-__all__ = ["StageSpec", "STAGES", "STAGE_NAMES", "stage_done"]
+__all__ = ["StageSpec", "STAGES", "STAGE_NAMES", "stage_done", "stage_wanted", "spec_of"]
 
 
 @dataclass(frozen=True)
@@ -21,19 +26,33 @@ class StageSpec:
     name: str              # as the CLI and events spell it
     title: str             # as the GUI shows it
     module: str | None     # `python -m <module> --project DIR <args>`; None: not in this version
-    args: tuple[str, ...] = ()
+    split: str | None = None  # precompute: the corpus split (`--split`, or run(split=...) in a chain)
     forceable: bool = False  # --force re-runs it even when done
+    chains: bool = False     # its process may go on to the next stage (stages/base.py)
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return ("--split", self.split) if self.split else ()
+
+    @property
+    def kwargs(self) -> dict[str, str]:
+        """The keyword arguments of the module's run() beside (project, report, should_stop)."""
+        return {"split": self.split} if self.split else {}
 
 
 STAGES: tuple[StageSpec, ...] = (
-    StageSpec("corpus", "Corpus", "trainer_core.stages.corpus"),
-    StageSpec("precompute_val", "Precompute (val)", "trainer_core.stages.precompute", ("--split", "val")),
-    StageSpec("precompute_train", "Precompute (train)", "trainer_core.stages.precompute", ("--split", "train")),
-    StageSpec("train", "Train adapter", "trainer_core.stages.train"),
-    StageSpec("export", "Export GGUF", "trainer_core.stages.export", forceable=True),
+    StageSpec("corpus", "Corpus", "trainer_core.stages.corpus", chains=True),
+    StageSpec("precompute_val", "Precompute (val)", "trainer_core.stages.precompute", "val", chains=True),
+    StageSpec("precompute_train", "Precompute (train)", "trainer_core.stages.precompute", "train"),
+    StageSpec("train", "Train adapter", "trainer_core.stages.train", chains=True),
+    StageSpec("export", "Export GGUF", "trainer_core.stages.export", forceable=True, chains=True),
     StageSpec("eval", "Evaluate", "trainer_core.stages.evaluate", forceable=True),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)
+
+
+def spec_of(name: str) -> StageSpec:
+    return STAGES[STAGE_NAMES.index(name)]
 
 
 def _mtime(path: Path) -> float | None:
@@ -59,3 +78,12 @@ def stage_done(project: Project, name: str) -> bool:
         ev, gguf = _mtime(project.eval_json), _mtime(project.gguf_path())
         return stage_done(project, "export") and ev is not None and ev >= gguf
     raise KeyError(name)
+
+
+def stage_wanted(project: Project, name: str, forced: bool = False) -> bool:
+    """Whether a run has `name` to do now: forced (export, eval), or not done on disk; never eval
+    while export.run_eval is off. The settings are read again, as a new stage process would read them."""
+    settings = project.reload()
+    if name == "eval" and not settings.export.run_eval:
+        return False
+    return (forced and spec_of(name).forceable) or not stage_done(project, name)

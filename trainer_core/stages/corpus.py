@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import json
 import random
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -28,7 +27,7 @@ from trainer_core.contract.corpus_files import write_corpus
 from trainer_core.contract.image_corpus import build_image_corpus
 from trainer_core.project import Project
 from trainer_core.contract.prompt_presets import PRESETS, read_preset
-from trainer_core.stages.base import never, stage_main
+from trainer_core.stages.base import exit_process, never, stage_main
 
 __all__ = ["run", "prompt_sources", "read_prompt_file", "build_pool", "split_corpus"]
 
@@ -206,4 +205,4 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
 
 
 if __name__ == "__main__":
-    sys.exit(stage_main("corpus", run))
+    exit_process(stage_main("corpus", run))

@@ -8,7 +8,6 @@ eval.json lives in the project, so projects sharing one output folder keep their
 """
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -28,7 +27,7 @@ from trainer_core.contract.tap_losses import LayerwiseMetrics
 from trainer_core.project import Project
 from trainer_core.contract.shards import valid_shards
 from trainer_core.contract.stream import val_batches
-from trainer_core.stages.base import never, stage_main
+from trainer_core.stages.base import exit_process, never, stage_main
 
 __all__ = ["run", "evaluate_gguf"]
 
@@ -109,4 +108,4 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
 
 
 if __name__ == "__main__":
-    sys.exit(stage_main("eval", run))
+    exit_process(stage_main("eval", run))

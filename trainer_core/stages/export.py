@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import glob
 import os
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -19,7 +18,7 @@ from trainer_core.base.events import Report
 from trainer_core.contract import checkpoints
 from trainer_core.contract.adapter_export import copy_export, export_checkpoint
 from trainer_core.project import Project
-from trainer_core.stages.base import never, stage_main
+from trainer_core.stages.base import exit_process, never, stage_main
 
 __all__ = ["run", "remove_temps"]
 
@@ -59,4 +58,4 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
 
 
 if __name__ == "__main__":
-    sys.exit(stage_main("export", run))
+    exit_process(stage_main("export", run))

@@ -1,13 +1,12 @@
 """Precompute stage: corpus → shards of student states and teacher targets, one split per run.
 
-    python -m trainer_core.stages.precompute --project DIR --split val|train [--then train]
+    python -m trainer_core.stages.precompute --project DIR --split val|train [--then precompute_train]
 
 Shard i holds corpus lines [i·size, (i+1)·size). The student and the teacher are loaded once
-per stage process, only when a shard is missing. With `--then train` (the driver passes it when
-both splits are to run in one process) the process goes on to the train split after the val split,
-keeping the student, the teacher and the pack's session: a status event with `handoff` tells the
-driver that precompute_val is done and precompute_train has begun — the second split pays no
-interpreter start, no imports and no model loading. Under a launcher (torchrun, accelerate launch,
+per stage process, only when a shard is missing. When the driver chains both splits into one
+process (`--then precompute_train`, see stages/base.py) the train split finds them, and the pack's
+session, in the chain's `shared` dict: the second split pays no interpreter start, no imports and
+no model loading. Under a launcher (torchrun, accelerate launch,
 or RANK / WORLD_SIZE set by hand on several machines sharing the project) rank r computes the
 shards whose index ≡ r (mod world size) and rank 0 waits until every shard is on disk; no
 collective is used, so a failed rank only redoes its own shards. A shard is written atomically, so a rerun
@@ -18,7 +17,6 @@ shards.prepare_split).
 from __future__ import annotations
 
 import collections
-import sys
 import time
 from typing import Any, Callable
 
@@ -30,7 +28,7 @@ from trainer_core.base.events import Report
 from trainer_core.project import Project
 from trainer_core.contract.shards import (contract_for, expected_shards, mock_enabled, prepare_split, read_contract,
                                           remove_temps, shard_files, shard_path, write_shard)
-from trainer_core.stages.base import HANDOFF, never, stage_main
+from trainer_core.stages.base import exit_process, never, stage_main
 
 __all__ = ["run", "load_models"]
 
@@ -58,15 +56,10 @@ def load_models(project: Project, report: Report) -> tuple[Any, Any, Any]:
 
 
 def run(project: Project, report: Report, should_stop: Callable[[], bool] = never,
-        split: str = "train", then: str | None = None) -> str:
-    loaded: list[tuple[Any, ...]] = []       # the models of this call, loaded on the first missing shard
-    outcome = _run_split(project, report, should_stop, split, loaded)
-    if outcome != "done" or not then:
-        return outcome
-    report("status", status="done", **{HANDOFF: f"precompute_{then}"})
-    if hasattr(report, "stage"):            # what the events say after a driver crash
-        report.stage = f"precompute_{then}"
-    return _run_split(project, report, should_stop, then, loaded)
+        split: str = "train", shared: dict[str, Any] | None = None) -> str:
+    # the models, loaded on the first missing shard; kept in the chain's dict for the other split
+    loaded: list[tuple[Any, ...]] = (shared if shared is not None else {}).setdefault("precompute_models", [])
+    return _run_split(project, report, should_stop, split, loaded)
 
 
 def _models(project: Project, report: Report, loaded: list[tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -191,4 +184,4 @@ def _shard_failure(split: str, index: int, error: Exception, done: int, total: i
 
 
 if __name__ == "__main__":
-    sys.exit(stage_main("precompute", run))
+    exit_process(stage_main("precompute", run))

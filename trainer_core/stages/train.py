@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import time
 from typing import Any, Callable
 
@@ -34,10 +33,10 @@ from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import Report
 from trainer_core.contract.objective import ValScore, as_float, batch_loss, model_outputs
 from trainer_core.project import Project, settings_from_dict
-from trainer_core.contract.schedule import lr_at
+from trainer_core.contract.schedule import lr_at, make_optimizer
 from trainer_core.contract.shards import Shard, load_stats, valid_shards
 from trainer_core.contract.stream import Batch, ShardStream, StreamPosition, val_batches
-from trainer_core.stages.base import never, stage_main
+from trainer_core.stages.base import exit_process, never, stage_main
 
 __all__ = ["run", "Trainer", "metric_series", "grad_checkpointing"]
 
@@ -83,7 +82,7 @@ class Trainer:
             self.net = torch.compile(self.net, dynamic=True)
         self._first_step = True
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=t.lr, betas=(0.9, 0.95), weight_decay=t.weight_decay)
+        self.optimizer = make_optimizer(params, t.lr, t.weight_decay)
         self.step, self.planned = 0, t.steps
         self.best_val_cos, self.val, self.val_step = -1.0, None, None
         self.amp = self.device.type == "cuda"
@@ -477,4 +476,4 @@ def metric_series(project: Project, name: str = "metrics") -> list[dict[str, Any
 
 
 if __name__ == "__main__":
-    sys.exit(stage_main("train", run))
+    exit_process(stage_main("train", run))
