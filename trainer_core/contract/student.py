@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -129,7 +130,10 @@ def read_student_gguf(path: str | os.PathLike, config: Qwen3Config, dtype: torch
         t = tensors[GGUF_PREFIX + key]
         if t.tensor_type.name == "F16" and dtype != torch.float32:     # f16 → bf16/f16 directly (exact via f32)
             shape = tuple(int(x) for x in reversed(t.shape.tolist()))
-            out[key] = torch.from_numpy(np.array(t.data, dtype=np.float16).reshape(shape)).to(dtype)
+            with warnings.catch_warnings():      # the map is read-only; the cast only reads it, into a new tensor
+                warnings.simplefilter("ignore", UserWarning)
+                mapped = torch.from_numpy(np.asarray(t.data, dtype=np.float16).reshape(shape))
+            out[key] = mapped.to(dtype) if dtype != torch.float16 else mapped.clone()
             continue
         wide = torch.from_numpy(dequantize(path, t.name, t.tensor_type.name, t.data, tuple(int(x) for x in t.shape)))
         out[key] = wide if dtype == torch.float32 else wide.to(dtype)

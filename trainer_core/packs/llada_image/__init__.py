@@ -65,6 +65,7 @@ class LLaDAPack(TrainerPack):
         import torch
 
         from trainer_core.contract.batching import greedy_batches
+        from trainer_core.contract.shards import target_moments
         formatted = [self.teacher_prompt(p) for p in prompts]
         lens = teacher.text_lens(formatted)
         order = sorted(range(len(prompts)), key=lens.__getitem__)           # stable: by teacher length
@@ -73,18 +74,17 @@ class LLaDAPack(TrainerPack):
         rows = [teacher.forward_prompts([formatted[i] for i in batch]).to(torch.bfloat16)
                 for batch in greedy_batches(sizes, budgets.teacher_batch, budgets.tok_budget)]
         t = torch.cat(rows)                                                 # [S, NQ, out]
+        del rows                                                            # one copy of the rows, not two
         tokens, q_rows, truncated = student.rows([student.ids(self.student_chunks(p)) for p in prompts],
                                                  self.max_len_student, budgets.student_batch,
                                                  budgets.student_tok_budget)
         t_pack = t.reshape(-1, t.shape[-1])
-        t64 = t_pack.double()
         tensors = {
             "ids": torch.tensor([i for ids in tokens for i in ids], dtype=torch.int32),
             "len": torch.tensor([len(ids) for ids in tokens], dtype=torch.int32),
             "q_pack": torch.cat(q_rows), "t_pack": t_pack,
             "t_len": torch.full((len(prompts),), t.shape[1], dtype=torch.int32),
-            "stat_s": t64.sum(0), "stat_s2": (t64 * t64).sum(0),
-            "stat_n": torch.tensor([t_pack.shape[0]], dtype=torch.int64),
+            **target_moments(t_pack),
         }
         return tensors, {"prompts": prompts, "num_queries": int(t.shape[1]), "truncated_student": truncated,
                          "truncated_teacher": sum(n >= MAX_LEN_TEACHER for n in lens)}

@@ -19,6 +19,7 @@ import torch
 from trainer_core.base.errors import TrainerError
 from trainer_core.contract.batching import greedy_batches
 from trainer_core.contract.bridge import BANK_PREFIX, BANK_SUFFIX, bank_length
+from trainer_core.contract.shards import target_moments
 
 __all__ = ["BridgeSession", "build_shard", "MIN_AREA"]
 
@@ -96,7 +97,6 @@ def build_shard(samples: list[dict[str, Any]], student: Any, teacher: Any, budge
     tokens, q_rows, truncated = student.rows(tokens, max_len_student, budgets.student_batch,
                                              budgets.student_tok_budget)
     t_pack = torch.cat(t_rows)
-    t64 = t_pack.double()
     vis_dim = int(encoded[0].shape[1]) if encoded else int(getattr(teacher, "vis_dim"))
     vis_sample, vis_start, vis_len = [], [], []
     for i, r in enumerate(rendered):
@@ -111,7 +111,7 @@ def build_shard(samples: list[dict[str, Any]], student: Any, teacher: Any, budge
         "ids": i32([t for ts in tokens for t in ts]), "len": i32([len(t) for t in tokens]),
         "q_pack": torch.cat(q_rows), "slot_ids": i32([t for ts in ids for t in ts]),
         "t_len": i32([len(t) for t in ids]), "t_pack": t_pack,
-        "stat_s": t64.sum(0), "stat_s2": (t64 * t64).sum(0), "stat_n": torch.tensor([t64.shape[0]], dtype=torch.int64),
+        **target_moments(t_pack),
         "v_pack": (torch.cat([v.to(torch.bfloat16) for v in encoded]) if encoded
                    else torch.zeros(0, vis_dim, dtype=torch.bfloat16)),
         "vis_sample": i32(vis_sample), "vis_start": i32(vis_start), "vis_len": i32(vis_len),

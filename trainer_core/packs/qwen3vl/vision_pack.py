@@ -209,6 +209,7 @@ class VisionPack(TrainerPack):
         import torch
 
         from trainer_core.contract.batching import greedy_batches
+        from trainer_core.contract.shards import target_moments
         from trainer_core.packs.qwen3vl.vision_data import merged_tokens
         data = self._data()
         weight = session.weight                                             # vision_proj [in, vis]
@@ -247,7 +248,8 @@ class VisionPack(TrainerPack):
                 stored.append(rows)
                 supervised.append(rows)
         t_pack = torch.cat(stored)
-        sup64 = torch.cat(supervised).double()
+        moments = target_moments(torch.cat(supervised))
+        del supervised
         blocks = [(i, start, rows_of(v)) for i, sample in enumerate(vision) for start, v in sample]
         vis_dim = int(weight.shape[1])
         tensors = {
@@ -263,8 +265,7 @@ class VisionPack(TrainerPack):
             "sup_start": torch.tensor([b.sup_start for b in built], dtype=torch.int32),
             "n_images": torch.tensor([len(pre) for pre in images], dtype=torch.int32),
             "t_sparse": torch.tensor([1 if self.supervise == "consumed_text" else 0], dtype=torch.int64),
-            "stat_s": sup64.sum(0), "stat_s2": (sup64 * sup64).sum(0),
-            "stat_n": torch.tensor([sup64.shape[0]], dtype=torch.int64),
+            **moments,
         }
         return tensors, {"prompts": [s["text"] for s in prompts], "num_queries": 0, "truncated_student": truncated,
                          "meta": {"images": [s["rel"] for s in prompts], "tap": self.tap, "supervise": self.supervise,

@@ -132,6 +132,7 @@ class Flux3Pack(TrainerPack):
         import torch
 
         from trainer_core.contract.batching import greedy_batches
+        from trainer_core.contract.shards import target_moments
         full = [student.ids(self.student_chunks(p)) for p in prompts]
         truncated = sum(len(ids) > self.max_len_student for ids in full)
         tokens = [fit_template(ids, self.max_len_student) for ids in full]
@@ -147,7 +148,6 @@ class Flux3Pack(TrainerPack):
             states = student.hidden(ids, mask, positions).to("cpu", torch.bfloat16)
             q_rows += [states[row, :lengths[i]].clone() for row, i in enumerate(batch)]
         t_pack = torch.cat(t_rows)
-        t64 = t_pack.double()            # the stored rows: a sample's pads weigh one row, as in the loss
         n_taps = len(getattr(teacher, "taps", TAPS))
         tensors = {
             "ids": torch.tensor([i for ids in tokens for i in (*ids, PAD_ID)], dtype=torch.int32),
@@ -157,8 +157,7 @@ class Flux3Pack(TrainerPack):
             "n_real": torch.tensor([len(t) for t in tokens], dtype=torch.int32),
             "pad_multiple": torch.tensor([PAD_MULTIPLE], dtype=torch.int32),
             "n_taps": torch.tensor([n_taps], dtype=torch.int32),
-            "stat_s": t64.sum(0), "stat_s2": (t64 * t64).sum(0),
-            "stat_n": torch.tensor([t_pack.shape[0]], dtype=torch.int64),
+            **target_moments(t_pack),        # the stored rows: a sample's pads weigh one row, as in the loss
         }
         return tensors, {"prompts": prompts, "num_queries": 0, "truncated_student": truncated,
                          "meta": {"taps": list(getattr(teacher, "taps", TAPS)), "pad_id": PAD_ID,

@@ -66,6 +66,7 @@ class PixArtPack(TrainerPack):
         import torch
 
         from trainer_core.contract.batching import greedy_batches
+        from trainer_core.contract.shards import target_moments
         windows, lens = teacher.seed_windows(prompts)                       # [S, 120], [S]
         lens_list = lens.tolist()
         order = sorted(range(len(prompts)), key=lens_list.__getitem__)     # stable: by seed length
@@ -76,10 +77,10 @@ class PixArtPack(TrainerPack):
             out = teacher.forward(windows[batch], lens[batch]).to("cpu", torch.bfloat16)  # [b, L, out]
             rows += [out[j, :int(lens[i])] for j, i in enumerate(batch)]
         t_pack = torch.cat(rows)                                             # [Σ seed_len, out]
+        del rows                                   # the slices kept every batch's padded output alive
         tokens, q_rows, truncated = student.rows([student.ids(self.student_chunks(p)) for p in prompts],
                                                  self.max_len_student, budgets.student_batch,
                                                  budgets.student_tok_budget)
-        t64 = t_pack.double()
         tensors = {
             "ids": torch.tensor([t for ids in tokens for t in ids], dtype=torch.int32),
             "len": torch.tensor([len(ids) for ids in tokens], dtype=torch.int32),
@@ -88,8 +89,7 @@ class PixArtPack(TrainerPack):
             "t_len": lens.to(torch.int32),
             "seed_ids": windows.to(torch.int32),                             # [S, 120]
             "seed_len": lens.to(torch.int32),
-            "stat_s": t64.sum(0), "stat_s2": (t64 * t64).sum(0),
-            "stat_n": torch.tensor([t_pack.shape[0]], dtype=torch.int64),
+            **target_moments(t_pack),
         }
         return tensors, {"prompts": prompts, "num_queries": int(windows.shape[1]),
                          "truncated_student": truncated}
