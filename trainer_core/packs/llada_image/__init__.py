@@ -71,10 +71,18 @@ class LLaDAPack(TrainerPack):
         order = sorted(range(len(prompts)), key=lens.__getitem__)           # stable: by teacher length
         prompts, formatted = [prompts[i] for i in order], [formatted[i] for i in order]
         sizes = [lens[i] + teacher.num_queries for i in order]
-        rows = [teacher.forward_prompts([formatted[i] for i in batch]).to(torch.bfloat16)
-                for batch in greedy_batches(sizes, budgets.teacher_batch, budgets.tok_budget)]
-        t = torch.cat(rows)                                                 # [S, NQ, out]
-        del rows                                                            # one copy of the rows, not two
+        # the batches' rows written straight into the shard's tensor (batches run in sample order):
+        # a list of batch outputs and a cat would hold the 1.3 MB a prompt twice
+        t: torch.Tensor | None = None                                       # [S, NQ, out] bf16
+        at = 0
+        for batch in greedy_batches(sizes, budgets.teacher_batch, budgets.tok_budget):
+            rows = teacher.forward_prompts([formatted[i] for i in batch])   # [b, NQ, out]
+            if t is None:
+                t = torch.empty(len(prompts), *rows.shape[1:], dtype=torch.bfloat16)
+            t[at:at + len(batch)] = rows
+            at += len(batch)
+            del rows
+        assert t is not None and at == t.shape[0]                            # a shard has at least one prompt
         tokens, q_rows, truncated = student.rows([student.ids(self.student_chunks(p)) for p in prompts],
                                                  self.max_len_student, budgets.student_batch,
                                                  budgets.student_tok_budget)

@@ -72,12 +72,19 @@ class PixArtPack(TrainerPack):
         order = sorted(range(len(prompts)), key=lens_list.__getitem__)     # stable: by seed length
         prompts = [prompts[i] for i in order]
         windows, lens = windows[order], lens[order]
-        rows: list[torch.Tensor] = []
+        # each sample's real slots written straight into the packed rows (batches run in sample order):
+        # a list of batch outputs and a cat would hold the rows twice
+        t_pack: torch.Tensor | None = None                                  # [Σ seed_len, out] bf16
+        at = 0
         for batch in greedy_batches(lens.tolist(), budgets.teacher_batch, budgets.tok_budget):
             out = teacher.forward(windows[batch], lens[batch]).to("cpu", torch.bfloat16)  # [b, L, out]
-            rows += [out[j, :int(lens[i])] for j, i in enumerate(batch)]
-        t_pack = torch.cat(rows)                                             # [Σ seed_len, out]
-        del rows                                   # the slices kept every batch's padded output alive
+            if t_pack is None:
+                t_pack = torch.empty(int(lens.sum()), out.shape[-1], dtype=torch.bfloat16)
+            for j, i in enumerate(batch):
+                n = int(lens[i])
+                t_pack[at:at + n] = out[j, :n]
+                at += n
+        assert t_pack is not None and at == t_pack.shape[0]                 # a shard has at least one prompt
         tokens, q_rows, truncated = student.rows([student.ids(self.student_chunks(p)) for p in prompts],
                                                  self.max_len_student, budgets.student_batch,
                                                  budgets.student_tok_budget)
