@@ -115,13 +115,16 @@ def _has_ancestor(pid: int) -> bool:
 
 
 def _report_vram(report: Report) -> None:
-    """The stage's peak GPU memory per device (reserved by torch's allocator), for the plan's calibration."""
+    """The stage's peak GPU memory per device (reserved by torch's allocator), for the plan's calibration;
+    the peaks start again for the next stage of a chain."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return
     peaks = {str(i): int(torch.cuda.max_memory_reserved(i)) for i in range(torch.cuda.device_count())}
     if any(peaks.values()):
         report("metric", peak_vram_bytes=max(peaks.values()), peak_vram_by_device=peaks)
+    for i in range(torch.cuda.device_count()):
+        torch.cuda.reset_peak_memory_stats(i)
 
 
 def _call(run: StageRun, project: Project, report: Report, stop: Callable[[], bool], kwargs: dict[str, Any],
@@ -142,6 +145,7 @@ def run_chain(module: str, run: StageRun, project: Project, report: Report, stop
         if outcome != "done" or stop() or not stage_wanted(project, name, force):
             break
         spec = spec_of(name)
+        _report_vram(report)                    # the finished stage's own peak
         report("status", status="done", **{HANDOFF: name})
         if hasattr(report, "stage"):            # what the events say after a driver crash
             report.stage = name
