@@ -2,12 +2,12 @@
 a demo run, start it again each time, and the final GGUF is bit-identical to an uninterrupted run's.
 
 The kill points are drawn from a seeded generator: a stage to hit (every stage at least once,
-training three times) and a delay after that stage's own "running" event, which the test waits
-for in events.jsonl (an event, not a guess at how long the earlier stages take). The delay is a
-fraction of how long that stage took in the test's own uninterrupted run, so a faster stage is
-still hit inside its work; when a kill left the target stage done on disk (it was killed after
-writing its last file), the next stage that runs is hit instead, so one early finish does not
-let the whole run complete and turn every later kill into a miss.
+training three times) and how far into it, as a share of the events that stage wrote in the
+test's own uninterrupted run: the test follows events.jsonl (events, not a guess at seconds, which
+moved with the machine's load) and kills as soon as the stage has written that many after its
+"running". A resumed stage writes fewer events than a fresh one, and a kill can leave its target
+stage done on disk: whenever a later stage is already running, that one is hit instead, so one
+early finish never lets the whole run complete and turn every later kill into a miss.
 """
 from __future__ import annotations
 
@@ -56,34 +56,47 @@ def _is_running(event: dict) -> bool:
     return event.get("type") == "status" and event.get("payload", {}).get("status") == "running"
 
 
-def _durations(events: Path) -> dict[str, float]:
-    """Seconds from each stage's "running" event to its last event, in an uninterrupted run."""
-    start: dict[str, float] = {}
-    end: dict[str, float] = {}
+def _event_counts(events: Path) -> dict[str, int]:
+    """How many events each stage wrote after its first "running" in an uninterrupted run."""
+    counts: dict[str, int] = {}
     for event in _events(events):
         stage = event.get("stage")
         if stage is None:
             continue
-        if _is_running(event):
-            start.setdefault(stage, event["time"])
-        end[stage] = event["time"]
-    return {stage: end[stage] - start[stage] for stage in start}
+        if stage in counts:
+            counts[stage] += 1
+        elif _is_running(event):
+            counts[stage] = 0
+    return counts
 
 
-def _first_running_from(events: Path, offset: int, stage: str) -> str | None:
-    """The first stage at or after `stage` (pipeline order) that reported "running" after `offset`."""
-    wanted = ORDER[ORDER.index(stage):]
-    for event in _events(events, offset):
-        if event.get("stage") in wanted and _is_running(event):
-            return event["stage"]
-    return None
+def _reached(events: list[dict], stage: str, want: int) -> str | None:
+    """The stage to kill now: the first at or after `stage` that is running and has written `want`
+    events since, or a later stage already running (the earlier one ended first); else None."""
+    order = ORDER[ORDER.index(stage):]
+    hit, seen = None, 0
+    for event in events:
+        name = event.get("stage")
+        if name not in order:
+            continue
+        if hit is None:
+            if _is_running(event):
+                hit = name
+            continue
+        if name == hit:
+            seen += 1
+        elif _is_running(event) and order.index(name) > order.index(hit):
+            return name
+        if seen >= want:
+            return hit
+    return hit if hit is not None and seen >= want else None
 
 
-def _kill_during(root: Path, stage: str, fraction: float, durations: dict[str, float],
+def _kill_during(root: Path, stage: str, share: float, counts: dict[str, int],
                  timeout: float = 300) -> tuple[str, str]:
-    """Start `run`, wait for `stage` (or, when it is already done, the next stage that runs) to
-    start, let it work `fraction` of its uninterrupted duration, kill -9 the process group.
-    Returns (stage hit, what happened): "killed", or "finished" when the run ended first."""
+    """Start `run`, follow its events, kill -9 the process group once `stage` (or the next stage
+    that runs) has written `share` of its uninterrupted event count. Returns (stage hit, what
+    happened): "killed", or "finished" when the run ended first."""
     events = root / "events.jsonl"
     offset = events.stat().st_size if events.exists() else 0
     proc = subprocess.Popen([sys.executable, "-m", "trainer_core", "run", "--project", str(root)],
@@ -93,30 +106,22 @@ def _kill_during(root: Path, stage: str, fraction: float, durations: dict[str, f
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 return stage, "finished"
-            hit = _first_running_from(events, offset, stage)
-            if hit is not None:
+            seen = _events(events, offset)
+            hit = next((e["stage"] for e in seen if e.get("stage") in ORDER[ORDER.index(stage):]
+                        and _is_running(e)), None)
+            target = None if hit is None else _reached(seen, stage, int(share * counts[hit]))
+            if target is not None:
                 break
-            time.sleep(0.05)                       # polling a file another process appends to
+            time.sleep(0.02)                       # polling a file another process appends to
         else:
             raise AssertionError(f"{stage} did not start within {timeout} s")
-        if _wait(proc, fraction * durations[hit]):
-            return hit, "finished"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        return hit, "killed"
+        return target, "killed"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-def _wait(proc: subprocess.Popen, seconds: float) -> bool:
-    """True when the process ended within `seconds` (it is then not killed)."""
-    try:
-        proc.wait(timeout=seconds)
-        return True
-    except subprocess.TimeoutExpired:
-        return False
 
 
 def test_kill_9_anywhere_then_resume_gives_the_same_gguf(tmp_path):
@@ -128,14 +133,14 @@ def test_kill_9_anywhere_then_resume_gives_the_same_gguf(tmp_path):
     r = cli("run", "--project", str(reference), timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     want = (reference.parent / "pig_t5_adapter-f16.gguf").read_bytes()
-    durations = _durations(reference / "events.jsonl")
-    assert set(durations) == set(ORDER), durations
+    counts = _event_counts(reference / "events.jsonl")
+    assert set(counts) == set(ORDER) and all(counts.values()), counts
 
     chaos = Path(shutil.copytree(template, tmp_path / "chaos" / "t5_adapter"))
     rng = random.Random(20261201)
     outcomes = []
     for stage in STAGES:
-        outcomes.append(_kill_during(chaos, stage, rng.uniform(0.15, 0.75), durations))
+        outcomes.append(_kill_during(chaos, stage, rng.uniform(0.15, 0.75), counts))
     killed = [o for o in outcomes if o[1] == "killed"]
     assert len(killed) >= 8, outcomes
     assert {s for s, _ in killed} >= {"precompute_val", "precompute_train", "train", "export"}, outcomes

@@ -187,3 +187,16 @@ def test_set_never_echoes_the_hub_token(tmp_path, run_cli):
     assert "hf_DoNotPrintMe" not in r.stdout + r.stderr
     status = run_cli("status", "--project", str(root), "--json")
     assert "hf_DoNotPrintMe" not in status.stdout
+
+
+def test_the_driver_removes_the_temps_a_killed_driver_left_and_nothing_else(text_project, run_cli):
+    root = text_project
+    ours = [root / ".state.json.k2j4.tmp", root / ".pipeline.pid.zz9.tmp", root / ".stage.pid.a1.tmp",
+            root / ".plan.json.q7.tmp"]
+    others = [root / ".project.json.b3.tmp", root / ".state.json.tmp"]     # another file's; not the temp pattern
+    for f in ours + others:
+        f.write_text("{half")
+    r = run_cli("run", "--project", str(root), "--only", "corpus")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert not [f for f in ours if f.exists()] and all(f.exists() for f in others)
+    assert json.loads((root / "state.json").read_text())["status"] == "done"

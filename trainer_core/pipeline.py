@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from trainer_core.base.atomic import remove_stale_temps
 from trainer_core.base.errors import AlreadyRunningError, TrainerError, UsageError
 from trainer_core.base.events import EventWriter, make_event, parse_event
 from trainer_core.base.locks import FileLock
@@ -161,6 +162,10 @@ class Driver:
     # ------------------------------------------------------------ the run
     def run(self) -> int:
         self._install_signals()
+        # what a killed run's driver left half-written (every writer of these holds the run lock, as we do)
+        from trainer_core.plan import PLAN_FILE
+        remove_stale_temps(self.project.state_json, self.project.pipeline_pid, self.project.stage_pid,
+                           self.project.root / PLAN_FILE)
         write_pid_file(self.project.pipeline_pid, os.getpid())
         self.project.stop_file.unlink(missing_ok=True)
         self.state = self.project.read_state()

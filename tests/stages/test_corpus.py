@@ -552,3 +552,22 @@ def test_artifact_events_match_the_files(tmp_path, prompts600):
     assert corpus.__all__  # the module's public names are importable
     progress = rep.of_type("progress")
     assert progress[-1]["count"] == progress[-1]["total"] == 1
+
+
+# ---------------------------------------------------------------- leftovers of a killed run
+
+def test_temps_a_killed_write_left_in_data_are_removed_and_the_users_folder_is_not_touched(tmp_path, prompts600):
+    path, _ = prompts600
+    project = make_project(tmp_path / "p", [path])
+    project.data_dir.mkdir()
+    (project.data_dir / "images").mkdir()
+    stale = [project.data_dir / ".train.txt.k3j2h1.tmp", project.data_dir / "images" / ".a.png.x9.tmp"]
+    for f in stale:
+        f.write_bytes(b"half a file")
+    users = tmp_path / ".notes.txt.abc.tmp"          # beside the user's prompt file: not ours
+    users.write_bytes(b"the user's")
+    rep = ListReport()
+    assert run(project, rep) == "done"
+    assert not any(f.exists() for f in stale) and users.read_bytes() == b"the user's"
+    assert any("removed 2 unfinished temporary" in e["message"] for e in rep.of_type("log"))
+    assert len(file_lines(project.data_dir / "train.txt")) > 0

@@ -8,6 +8,7 @@ passes `needs` and is refused before it starts when it cannot fit.
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import tempfile
@@ -15,7 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json", "atomic_path"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json", "atomic_path",
+           "remove_stale_temps"]
 
 # read once at import: os.umask can only be read by setting it, which is not thread-safe
 _UMASK = os.umask(0)
@@ -45,6 +47,19 @@ def _os_error_in(e: BaseException) -> OSError | None:
     if "No space left on device" in str(e) or "os error 28" in str(e):
         return OSError(errno.ENOSPC, "No space left on device")
     return None
+
+
+def remove_stale_temps(*targets: str | os.PathLike) -> list[Path]:
+    """Delete the temps an interrupted atomic write of each target left beside it (`.<name>.<random>.tmp`,
+    see _mkstemp: a kill between the write and the rename). Only for files whose every writer holds the
+    lock the caller holds, so no temp is in use."""
+    gone = []
+    for target in map(Path, targets):
+        if target.parent.is_dir():
+            gone += [t for t in target.parent.glob(f".{glob.escape(target.name)}.*.tmp") if t.is_file()]
+    for tmp in gone:
+        tmp.unlink(missing_ok=True)
+    return gone
 
 
 def _mkstemp(path: Path) -> tuple[int, str]:

@@ -169,8 +169,22 @@ def prompt_sources(project: Project, report: Report) -> list[tuple[str, Iterator
     return sources
 
 
+def remove_temps(project: Project) -> list[Path]:
+    """Delete leftover temps in data/ and data/images/ (a kill between a file's write and its
+    rename leaves `.<name>.<random>.tmp`): the folder is this stage's own, the run lock means no
+    other writer, and files-mode corpora elsewhere are the user's and never touched."""
+    folders = [project.data_dir, project.data_dir / "images"]
+    gone = [tmp for folder in folders if folder.is_dir() for tmp in folder.glob(".*.tmp") if tmp.is_file()]
+    for tmp in gone:
+        tmp.unlink(missing_ok=True)
+    return gone
+
+
 def run(project: Project, report: Report, should_stop: Callable[[], bool] = never) -> str:
     pack, c = project.pack, project.settings.corpus
+    gone = remove_temps(project)
+    if gone:
+        report("log", level="info", message=f"removed {len(gone)} unfinished temporary file(s) of an interrupted run")
     if pack.corpus_kind == "image":
         return build_image_corpus(project, report, should_stop, functools.partial(prompt_sources, project, report))
     if c.mode == "files":

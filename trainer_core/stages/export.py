@@ -8,11 +8,11 @@ a snapshot job's temps (`<name>-step<N>-f16.gguf`) are the job's and are left al
 """
 from __future__ import annotations
 
-import glob
 import os
 from pathlib import Path
 from typing import Callable
 
+from trainer_core.base.atomic import remove_stale_temps
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import Report
 from trainer_core.contract import checkpoints
@@ -30,11 +30,7 @@ def remove_temps(project: Project) -> list[Path]:
     if project.settings.export.copy_to:
         # where copy_export puts it
         targets.append(Path(os.path.expanduser(project.settings.export.copy_to)) / project.gguf_path().name)
-    gone = [tmp for target in targets if target.parent.is_dir()
-            for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp") if tmp.is_file()]
-    for tmp in gone:
-        tmp.unlink(missing_ok=True)
-    return gone
+    return remove_stale_temps(*targets)
 
 
 def run(project: Project, report: Report, should_stop: Callable[[], bool] = never) -> str:
