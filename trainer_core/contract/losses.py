@@ -130,9 +130,10 @@ def distill_loss(pred: Tensor, target: Tensor, sigma: Tensor, mask: Tensor | Non
 
 
 def _sq_sums(p: Tensor, t: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """(Σ_m (p−t)², Σ_m t²) as 0-d tensors."""
-    err = ((p - t) ** 2).sum(-1)                                         # [B, R]
-    ref = (t * t).sum(-1)                                                # [B, R]
+    """(Σ_m (p−t)², Σ_m t²) as 0-d float64 tensors: each row summed in the inputs' dtype (the same
+    whatever batch the row is in), the rows in float64 — no float64 copy of whole batches."""
+    err = ((p - t) ** 2).sum(-1).double()                                # [B, R]
+    ref = (t * t).sum(-1).double()                                       # [B, R]
     if mask is not None:                    # where, not err[mask]: no wait for the GPU
         zero = err.new_zeros(())
         err, ref = torch.where(mask, err, zero), torch.where(mask, ref, zero)
@@ -247,7 +248,7 @@ class SeededMetrics:
         cos = row_cos(p, t)                                              # [B, Q]
         self.means["cos"].add_values(cos[real])
         self.means["cos_rms"].add_values(row_cos(rms_norm(p), rms_norm(t))[real])
-        self.means["rel_mse"].add(*_sq_sums(p.double(), t.double(), real))
+        self.means["rel_mse"].add(*_sq_sums(p, t, real))
         self.means["cos_eos"].add_values(cos[torch.arange(batch, device=p.device), seed_len - 1])
         if pred_ck is not None:
             _check(pred, pred_ck)
@@ -299,7 +300,7 @@ class TokenAlignedMetrics:
                   "cos_edit": sup & edit, "cos_t2i": sup & ~edit}
         for name, rows in splits.items():
             self.means[name].add_values(cos[rows])
-        self.means["rel_mse"].add(*_sq_sums(p.double(), t.double(), sup))
+        self.means["rel_mse"].add(*_sq_sums(p, t, sup))
 
         start = sup_start.to(device=p.device, dtype=torch.long).reshape(batch, 1)  # [B, 1]
         in_slice = sup & (torch.arange(length, device=p.device)[None, :] >= start)  # [B, L]
