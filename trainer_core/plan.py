@@ -39,7 +39,7 @@ from trainer_core.plan_estimate import SOURCE as ESTIMATE
 from trainer_core.plan_estimate import placement, rough_stages, teacher_bytes
 from trainer_core.project import Project, last_project, remember_last_project, settings_from_dict
 from trainer_core.runner import child_env
-from trainer_core.stages import STAGE_NAMES
+from trainer_core.stages import STAGE_NAMES, STAGES
 from trainer_core.status import PLAN_FILE, _student_width, shard_disk_estimate
 
 __all__ = ["calibrate", "make_plan", "settings_key", "save_planned", "CALIBRATION_FILE", "PLAN_FILE", "hardware"]
@@ -115,19 +115,38 @@ def _scratch(project: Project) -> Project:
     return Project.open(root)
 
 
-def _run_stage(scratch: Project, stage: str) -> tuple[float, int]:
-    """(wall seconds, peak RSS bytes of the stage's processes) of one stage run by the driver."""
+def _chain_groups() -> list[tuple[str, ...]]:
+    """The stages one process runs in a run (StageSpec.chains): corpus … precompute_train, train … eval."""
+    groups: list[list[str]] = [[]]
+    for spec in STAGES:
+        groups[-1].append(spec.name)
+        if not spec.chains:
+            groups.append([])
+    return [tuple(g) for g in groups if g]
+
+
+def _run_stages(scratch: Project, stages: tuple[str, ...]) -> tuple[dict[str, float], int]:
+    """(seconds per stage, peak RSS bytes) of `stages` run by one driver, chained as a run chains them:
+    each stage's started → finished span from state.json, the rest of the wall (the driver's and the
+    process's start-up) counted to the first stage."""
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "trainer_core.pipeline", "--project", str(scratch.root),
-                             "--only", stage], env=child_env(), stdout=subprocess.DEVNULL,
+                             "--only", *stages], env=child_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, cwd=scratch.root)
     _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        error = scratch.read_state().get("error") or "no message"
+    wall = time.monotonic() - started
+    state = scratch.read_state()
+    if os.waitstatus_to_exitcode(status) != 0:
+        error = state.get("error") or "no message"
+        stage = state.get("stage") or stages[0]
         raise TrainerError(f"The calibration's {stage} stage failed ({error}; its log is {scratch.pipeline_log}); "
                            "the plan cannot measure this machine until the stage runs.")
-    return time.monotonic() - started, int(usage.ru_maxrss) * 1024
+    spans = {}
+    for stage in stages:
+        entry = state["stages"].get(stage, {})
+        spans[stage] = max(0.0, float(entry.get("finished") or 0) - float(entry.get("started") or 0))
+    spans[stages[0]] += max(0.0, wall - sum(spans.values()))
+    return spans, int(usage.ru_maxrss) * 1024
 
 
 def _folder_bytes(path: Path) -> int:
@@ -161,6 +180,20 @@ def _train_rates(scratch: Project) -> tuple[float, float]:
     return max(0.0, (t1 - t0 - inside * val_s) / max(s1 - s0, 1)), val_s
 
 
+def _chained(scratch: Project) -> dict[str, bool]:
+    """Per stage, whether it ran in the previous stage's process (the driver's "running" events share a pid)."""
+    pids: dict[str, int] = {}
+    for line in scratch.events_jsonl.read_text(encoding="utf-8").splitlines():
+        try:
+            e = json.loads(line)
+            p = e["payload"]
+        except (ValueError, KeyError):
+            continue
+        if e.get("type") == "status" and p.get("status") == "running" and p.get("pid") and e.get("stage"):
+            pids[e["stage"]] = p["pid"]
+    return {b: pids.get(a) is not None and pids.get(a) == pids.get(b) for a, b in zip(STAGE_NAMES, STAGE_NAMES[1:])}
+
+
 def _vram_peaks(scratch: Project) -> dict[str, int]:
     """Each stage's peak GPU memory as its process reported it (none on a machine without CUDA)."""
     peaks: dict[str, int] = {}
@@ -180,9 +213,11 @@ def calibrate(project: Project, say: Callable[[str], None] = lambda m: None) -> 
     fails leaves the scratch copy for its log to be read (the next calibration starts it afresh)."""
     scratch = _scratch(project)
     seconds, rss = {}, {}
-    for stage in STAGE_NAMES:
-        say(f"calibrating {stage} …")
-        seconds[stage], rss[stage] = _run_stage(scratch, stage)
+    for group in _chain_groups():
+        say(f"calibrating {' → '.join(group)} …")
+        spans, peak = _run_stages(scratch, group)
+        seconds.update(spans)
+        rss.update({stage: peak for stage in group})      # one process: its peak is each stage's bound
     n_train, n_val = _samples(scratch)
     step_s, val_s = _train_rates(scratch)
     shards = [p for split in ("train", "val") for p in scratch.shards_dir(split).glob(f"{split}-*.safetensors")]
@@ -190,7 +225,7 @@ def calibrate(project: Project, say: Callable[[str], None] = lambda m: None) -> 
         "key": settings_key(project), "time": time.time(), "samples": {"train": n_train, "val": n_val},
         "shard_size": scratch.settings.precompute.shard_size, "seconds": seconds, "rss": rss,
         "step_s": step_s, "val_s": val_s, "steps": CAL_STEPS, "val_every": CAL_VAL_EVERY,
-        "vram": _vram_peaks(scratch),
+        "vram": _vram_peaks(scratch), "chained": _chained(scratch),
         "bytes": {"corpus": _folder_bytes(scratch.data_dir), "shards": sum(_folder_bytes(p) for p in shards),
                   "checkpoints": sum(_folder_bytes(checkpoints.weights_path(scratch, which))
                                      for which in (checkpoints.LAST, checkpoints.BEST)),
@@ -256,7 +291,11 @@ def make_plan(project: Project, hw: dict[str, Any] | None = None) -> dict[str, A
         src = f"calibration on this machine ({time.strftime('%Y-%m-%d %H:%M', time.localtime(cal['time']))})"
         s, r, b, v = cal["seconds"], cal["rss"], cal["bytes"], cal.get("vram") or {}
         ct, cv = cal["samples"]["train"], cal["samples"]["val"]
-        per_sample_s = max(0.0, (s["precompute_train"] - s["precompute_val"]) / max(ct - cv, 1))
+        # the train split in the val split's process (a chain) pays no start-up or model loading: its
+        # seconds are all per sample; apart, both splits pay the same fixed cost
+        chained = bool((cal.get("chained") or {}).get("precompute_train"))
+        per_sample_s = (s["precompute_train"] / max(ct, 1) if chained
+                        else max(0.0, (s["precompute_train"] - s["precompute_val"]) / max(ct - cv, 1)))
         fixed = max(0.0, s["precompute_val"] - cv * per_sample_s)
         per_shard_bytes = b["shards"] / max(ct + cv, 1)
         # a bigger shard holds more rows in memory while it is built and written
@@ -268,7 +307,8 @@ def make_plan(project: Project, hw: dict[str, Any] | None = None) -> dict[str, A
         stages["corpus"] = _stage(s["corpus"] * (ratio if project.pack.corpus_kind == "image" else 1),
                                   b["corpus"] * ratio, r["corpus"], None, src)
         for split, n in (("val", n_val), ("train", n_train)):
-            stages[f"precompute_{split}"] = _stage(fixed + n * per_sample_s, n * per_shard_bytes,
+            once = fixed if split == "val" or not chained else 0.0
+            stages[f"precompute_{split}"] = _stage(once + n * per_sample_s, n * per_shard_bytes,
                                                    r[f"precompute_{split}"] + grow, v.get(f"precompute_{split}"), src)
         stages["precompute_val"]["disk_bytes"] += int(b["fitted"])          # vision_proj.pt and the like
         history = (t.history_keep or max(0, t.steps // max(t.history_every or t.val_every, 1))) if t.history else 0
@@ -277,7 +317,11 @@ def make_plan(project: Project, hw: dict[str, Any] | None = None) -> dict[str, A
                                  r["train"], v.get("train"), src)
         stages["export"] = _stage(s["export"], b["export"] * (2 if e.copy_to else 1), r["export"], v.get("export"),
                                   src)
-        stages["eval"] = _stage(max(0.0, s["eval"] - cal["val_s"]) + val_real, 4096, r["eval"], v.get("eval"), src)
+        # in the train process (a chain) eval is one pass over val: its own seconds, scaled; apart it also
+        # paid a process start, and its pass is about a training validation
+        eval_s = (s["eval"] * n_val / max(cv, 1) if (cal.get("chained") or {}).get("eval")
+                  else max(0.0, s["eval"] - cal["val_s"]) + val_real)
+        stages["eval"] = _stage(eval_s, 4096, r["eval"], v.get("eval"), src)
     else:
         shards = shard_disk_estimate(project)
         per = shards["per_sample"] or 0
