@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json", "atomic_path",
-           "remove_stale_temps"]
+           "remove_stale_temps", "remove_temps_in"]
 
 # read once at import: os.umask can only be read by setting it, which is not thread-safe
 _UMASK = os.umask(0)
@@ -53,12 +53,27 @@ def remove_stale_temps(*targets: str | os.PathLike) -> list[Path]:
     """Delete the temps an interrupted atomic write of each target left beside it (`.<name>.<random>.tmp`,
     see _mkstemp: a kill between the write and the rename). Only for files whose every writer holds the
     lock the caller holds, so no temp is in use."""
+    found = [t for target in map(Path, targets) if target.parent.is_dir()
+             for t in target.parent.glob(f".{glob.escape(target.name)}.*.tmp") if t.is_file()]
+    return _unlink_all(found)
+
+
+def remove_temps_in(folders: "list[Path]") -> list[Path]:
+    """Delete every atomic-write temp (`.*.tmp`) in `folders`: for folders only the caller's stage writes,
+    under the run lock it holds."""
+    return _unlink_all([t for folder in folders if folder.is_dir() for t in folder.glob(".*.tmp") if t.is_file()])
+
+
+def _unlink_all(paths: list[Path]) -> list[Path]:
+    """Delete what can be deleted (a read-only folder keeps its leftovers: they are harmless, and the
+    caller's own writes there will say what is wrong); the paths that are gone."""
     gone = []
-    for target in map(Path, targets):
-        if target.parent.is_dir():
-            gone += [t for t in target.parent.glob(f".{glob.escape(target.name)}.*.tmp") if t.is_file()]
-    for tmp in gone:
-        tmp.unlink(missing_ok=True)
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+            gone.append(path)
+        except OSError:
+            continue
     return gone
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from trainer_core.base import token_store
+from trainer_core.base.atomic import remove_temps_in
 from trainer_core.base.errors import CorpusError
 from trainer_core.base.events import Report
 from trainer_core.contract.corpus_files import write_corpus
@@ -174,10 +175,7 @@ def remove_temps(project: Project) -> list[Path]:
     rename leaves `.<name>.<random>.tmp`): the folder is this stage's own, the run lock means no
     other writer, and files-mode corpora elsewhere are the user's and never touched."""
     folders = [project.data_dir, project.data_dir / "images"]
-    gone = [tmp for folder in folders if folder.is_dir() for tmp in folder.glob(".*.tmp") if tmp.is_file()]
-    for tmp in gone:
-        tmp.unlink(missing_ok=True)
-    return gone
+    return remove_temps_in(folders)
 
 
 def run(project: Project, report: Report, should_stop: Callable[[], bool] = never) -> str:
