@@ -253,11 +253,8 @@ def series_path(project: "Project", name: str = "metrics") -> Path:
 def remove_temps(project: "Project") -> list[Path]:
     """Delete the temp files of checkpoint writes a kill interrupted (`.<name>.*.tmp` in checkpoints/
     and checkpoints/history/). Only the train stage writes there, and the run lock allows one."""
-    folders = (project.checkpoints_dir, project.checkpoints_dir / _HISTORY)
-    gone = [tmp for folder in folders if folder.is_dir() for tmp in folder.glob(".*.tmp") if tmp.is_file()]
-    for tmp in gone:
-        tmp.unlink(missing_ok=True)
-    return gone
+    from trainer_core.base.atomic import remove_temps_in
+    return remove_temps_in([project.checkpoints_dir, project.checkpoints_dir / _HISTORY])
 
 
 def move_aside(folder: Path) -> Path | None:
