@@ -56,6 +56,7 @@ from typing import Any, Iterator
 
 import torch
 
+from trainer_core.base.allocator import keep_heap_pad
 from trainer_core.contract.adapter import build_adapter
 from trainer_core.demo.build import build_demo
 from trainer_core.demo.fixtures import demo_prompts
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if not args.no_heap_pad:
+        keep_heap_pad()         # as every stage process does (stage_main): A and B alike
     if args.rss_child:
         return rss_child(Path(args.rss_child))
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
@@ -122,6 +125,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--cadence", choices=("default", "demo"), default="default",
                         help="log/val/save cadence: the settings' defaults (25/500/250) or the demo's (10/50/50)")
+    parser.add_argument("--no-heap-pad", action="store_true",
+                        help="leave glibc's heap trimming as it is (the stage processes keep a top pad)")
     parser.add_argument("--profile", default="", help="write a cProfile table of one more A round here")
     parser.add_argument("--rss-child", default="", help=argparse.SUPPRESS)   # internal: one RSS run
     args = parser.parse_args(argv)
@@ -356,6 +361,8 @@ def peak_rss_child(project: Project, args: argparse.Namespace) -> dict[str, Any]
     command = [sys.executable, __file__, "--rss-child", str(project.root)]
     if args.threads:
         command += ["--threads", str(args.threads)]
+    if args.no_heap_pad:
+        command.append("--no-heap-pad")
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, check=True, text=True)
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     log(f"RSS child on {figures['train_prompts']} train prompts in {figures['shards']} shards "

@@ -159,3 +159,22 @@ def test_config_round_trip_and_canonical_form():
     assert AdapterConfig.from_dict(c.to_dict()) == c
     assert c.mlp_hidden == 4096 and c.num_queries == 0
     assert AdapterConfig("resampler", 1, 1, 64, 1, num_queries=2, has_skip=True).has_skip is False
+
+
+@pytest.mark.parametrize("config", [AdapterConfig("seeded_resampler", 32, 48, 64, 2, num_queries=6, seed_vocab=50),
+                                    AdapterConfig("token_aligned_vision", 32, 48, 64, 1, vis_dim=40)])
+def test_an_adapter_built_without_init_is_the_trained_one_once_loaded_and_init_is_restored(config):
+    normal, kaiming = nn.init.normal_, nn.init.kaiming_uniform_
+    torch.manual_seed(3)
+    trained = build_adapter(config)
+    for p in trained.parameters():               # no parameter left at a value an init would give
+        p.data.normal_()
+    bare = build_adapter(config, init=False)
+    assert nn.init.normal_ is normal and nn.init.kaiming_uniform_ is kaiming
+    bare.load_state_dict(trained.state_dict(), strict=True)
+    h, mask = torch.randn(2, 5, 32), torch.ones(2, 5, dtype=torch.bool)
+    extra = {"seed_ids": torch.randint(0, 50, (2, 6))} if config.seed_vocab else {"vis": None}
+    torch.testing.assert_close(bare.eval()(h, mask, **extra), trained.eval()(h, mask, **extra), rtol=0, atol=0)
+    # and the normal build still initializes: two seeds give two different adapters
+    torch.manual_seed(4)
+    assert not torch.equal(build_adapter(config).in_proj.weight, trained.in_proj.weight)

@@ -136,6 +136,40 @@ def test_distill_loss_matches_reference(masked):
     assert parts["cos"].item() == pytest.approx(mean_cos, abs=1e-6)
 
 
+def plain_loss(p, t, sigma, mask, cos_weight):
+    """The loss as one autograd formula (float64): what the hand-written gradient must equal."""
+    keep = torch.ones(p.shape[:-1], dtype=torch.bool) if mask is None else mask
+    sq = (((p - t) / sigma) ** 2).sum(-1)
+    cos = (p * t).sum(-1) / ((p * p).sum(-1).clamp_min(1e-16).sqrt() * (t * t).sum(-1).clamp_min(1e-16).sqrt())
+    n = keep.sum().clamp_min(1)
+    return sq[keep].sum() / (n * p.shape[-1]) + cos_weight * (1 - cos[keep]).sum() / n
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_distill_loss_gradient_equals_autograd_of_the_plain_formula(masked):
+    p, t = rand(B, R, D, seed=40).double(), rand(B, R, D, seed=41).double()
+    t[1, 2] = 0.0                                   # a zero target row
+    p[2, 3] = 1e-12                                 # a prediction row under the norm clamp
+    sigma, mask = rand(D, seed=42).double().abs() + 0.2, rand_mask(B, R, seed=43) if masked else None
+    ours, plain = p.clone().requires_grad_(), p.clone().requires_grad_()
+    distill_loss(ours, t, sigma, mask, cos_weight=0.7)[0].mul(3.0).backward()
+    plain_loss(plain, t, sigma, mask, 0.7).mul(3.0).backward()
+    torch.testing.assert_close(ours.grad, plain.grad, rtol=1e-9, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda x: distill_loss(x, t, sigma, mask, 0.7)[0],
+                                    (rand(B, R, D, seed=44).double().requires_grad_(),))
+
+
+def test_distill_loss_error_sums_give_rel_mse_raw_and_standardized():
+    p, t = rand(B, R, D, seed=45), rand(B, R, D, seed=46)
+    sigma, mu, mask = rand(D, seed=47).abs() + 0.2, rand(D, seed=48), rand_mask(B, R, seed=49)
+    _, parts = distill_loss(p, t, sigma, mask)
+    assert (parts["err"] / parts["ref"]).item() == pytest.approx(ref_rel_mse(p, t, mask), rel=1e-5)
+    # a standardized pair with err_weight = σ²: the raw-space error of p·σ + μ against t
+    _, parts = distill_loss(p, standardize(t, mu, sigma), torch.ones(D), None, err_weight=sigma * sigma)
+    want = float(((destandardize(p, mu, sigma).double() - t.double()) ** 2).sum())
+    assert parts["err"].item() == pytest.approx(want, rel=1e-5)
+
+
 def test_distill_loss_ignores_masked_rows_and_none_means_all():
     p, t, sigma = rand(B, R, D, seed=15), rand(B, R, D, seed=16), torch.ones(D)
     mask = rand_mask(B, R, 17)

@@ -29,7 +29,7 @@ __all__ = ["checkpoint_model", "export_checkpoint", "copy_export"]
 def checkpoint_model(ck: dict[str, Any]) -> tuple["AdapterConfig", "torch.nn.Module"]:
     from trainer_core.contract.adapter import AdapterConfig, build_adapter
     config = AdapterConfig.from_dict(ck["config"])
-    model = build_adapter(config)
+    model = build_adapter(config, init=False)                  # every weight comes from the checkpoint
     model.load_state_dict({k: v.float() for k, v in ck["model"].items()})
     return config, model.eval()
 

@@ -113,12 +113,11 @@ def bridge_loss(batch: Any, outputs: tuple[Tensor, Tensor | None, Tensor | None]
         b_loss, b_parts = distill_loss(bank, standardize(target, bmu, bsigma), torch.ones_like(bsigma), where,
                                        cos_weight)
         loss = loss + b_loss
-        parts = {k: (parts[k] + b_parts[k]) / 2 for k in parts}
+        parts = {k: (parts[k] + b_parts[k]) / 2 for k in ("mse", "cos")}
         rel = (rel + rel_mse(bank.detach() * bsigma + bmu, target, where)) / 2
     elif bank_plain is not None:      # keep out_bank in the graph (DDP wants every parameter used)
         loss = loss + 0.0 * bank_plain.sum()
-    parts["rel_mse"] = rel
-    return loss, parts
+    return loss, {"mse": parts["mse"], "cos": parts["cos"], "rel_mse": rel}
 
 
 class BridgeMetrics:

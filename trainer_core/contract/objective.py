@@ -52,11 +52,12 @@ def batch_loss(config: AdapterConfig, batch: Batch, pred: Outputs, mu: torch.Ten
         parts["rel_mse"] = weighted_rel_mse(pred.detach() * sigma + mu, batch.target, batch.weight)
     elif config.standardized:   # the resampler learns (t − μ)/σ_f over all rows
         target = standardize(batch.target, mu, sigma)
-        loss, parts = distill_loss(pred, target, torch.ones_like(sigma), None, cos_weight)
-        parts["rel_mse"] = rel_mse(pred.detach() * sigma + mu, batch.target)
+        loss, parts = distill_loss(pred, target, torch.ones_like(sigma), None, cos_weight, err_weight=sigma * sigma)
+        raw = batch.target.float()        # the error is raw-space already ((p − t)·σ_f); the reference is not
+        parts["rel_mse"] = parts["err"] / torch.linalg.vecdot(raw, raw).sum().clamp_min(torch.finfo(raw.dtype).tiny)
     else:                       # raw targets, MSE whitened by 1/σ_f, masked to the rows supervised
         loss, parts = distill_loss(pred, batch.target, sigma, batch.tmask, cos_weight)
-        parts["rel_mse"] = rel_mse(pred.detach(), batch.target, batch.tmask)
+        parts["rel_mse"] = parts["err"] / parts["ref"].clamp_min(torch.finfo(parts["ref"].dtype).tiny)
     return loss, parts
 
 

@@ -33,7 +33,7 @@ from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import Report
 from trainer_core.contract.objective import ValScore, as_float, batch_loss, model_outputs
 from trainer_core.project import Project, settings_from_dict
-from trainer_core.contract.schedule import lr_at, make_optimizer
+from trainer_core.contract.schedule import load_optimizer, lr_at, make_optimizer
 from trainer_core.contract.shards import Shard, load_stats, valid_shards
 from trainer_core.contract.stream import Batch, ShardStream, StreamPosition, val_batches
 from trainer_core.stages.base import exit_process, never, stage_main
@@ -122,7 +122,7 @@ class Trainer:
             raise TrainerError(f"checkpoints/{which}.pt was trained with another adapter ({diff}); reset training "
                                f"(delete checkpoints/) or restore the settings it was trained with.")
         self.model.load_state_dict(ck["model"])
-        self.optimizer.load_state_dict(ck["optimizer"])
+        load_optimizer(self.optimizer, ck["optimizer"])
         self.step, self.best_val_cos = ck["step"], ck["best_val_cos"]
         self.val, self.val_step = ck.get("val"), ck.get("val_step")
         self.stream.position = StreamPosition(**ck["stream"])
