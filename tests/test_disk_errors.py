@@ -12,14 +12,16 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from conftest import cli
 from trainer_core.base import diskspace
 from trainer_core.base.atomic import atomic_path, atomic_write_bytes
-from trainer_core.base.errors import DiskFullError
+from trainer_core.base.errors import DiskFullError, TrainerError
 from trainer_core.contract import checkpoints
+from trainer_core.contract.gguf_io import write_gguf
 from trainer_core.contract.shards import write_shard
 from trainer_core.project import Project
 from trainer_core.stages.base import EXIT_FAILED, stage_main
@@ -180,6 +182,19 @@ def test_an_export_into_a_full_disk_fails_with_the_sentence_and_the_next_run_fin
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "train] already done" in (root / "pipeline.log").read_text()
     assert list(out.glob("*-f16.gguf"))
+
+
+def test_a_gguf_that_fills_the_disk_while_its_tensors_are_written_is_one_sentence(tmpfs):
+    """No space check up front (needs=0), so the disk runs out inside numpy's tofile, whose short
+    write carries no errno: still the full-disk sentence, and no temp left behind."""
+    if not _can_mount():
+        pytest.skip("needs a tmpfs (root) for a disk that really fills")
+    disk = tmpfs("256k")
+    target = disk / "big.gguf"
+    with pytest.raises(TrainerError) as err:
+        write_gguf(target, "pig", [("t", np.zeros(200_000, np.float32))])      # 800 KB into 256 KB
+    assert str(err.value).startswith("No space left on ") and str(disk) in str(err.value)
+    assert not target.exists() and _no_temps(disk) == []
 
 
 # ---------------------------------------------------------------- read-only and odd folders

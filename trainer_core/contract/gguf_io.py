@@ -16,6 +16,7 @@ rename): the adapter export, the SigVQ export and the demo's student files all g
 from __future__ import annotations
 
 import math
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,10 +183,17 @@ def write_gguf(path: str | os.PathLike, arch: str, tensors: Iterable[tuple[Any, 
             adders[kind](key, value)
         for name, array, *raw in tensors:
             writer.add_tensor(name, array, raw_dtype=raw[0] if raw else None)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+        try:
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+            writer.close()
+        except OSError as e:
+            # the gguf package writes tensors with numpy's tofile, whose short write on a full disk is an
+            # OSError without an errno ("N requested and M written"): say it as the full disk it is
+            if e.errno is None and "requested and" in str(e):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from e
+            raise
         if check is not None:
             check(tmp)  # read back before the rename
     return path
@@ -279,7 +287,7 @@ def read_adapter_gguf(path: str | os.PathLike, device: str | torch.device = "cpu
     if config is None or fatal:
         raise ModelFileError(f"{path} is not an adapter the engine would run as intended: "
                              f"{(fatal or problems)[0].message}.")
-    model = build_adapter(config)
+    model = build_adapter(config, init=False)                  # load_state_dict(strict) fills every weight
     used = expected_ne(config)
     state = {name[len(PREFIX):]: t.to_torch() for name, t in tensors.items() if name[len(PREFIX):] in used}
     if "layer_map" in state:         # a stored [n, 1] counts as n entries, as in the engine
