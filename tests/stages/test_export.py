@@ -16,6 +16,7 @@ from trainer_core.base.errors import AlreadyRunningError
 from trainer_core.base.events import EventTailer
 from trainer_core.contract.gguf_io import read_gguf_kvs
 from trainer_core.base.locks import FileLock
+from trainer_core.base.procs import read_pid_file
 from trainer_core.project import Project
 from trainer_core.resets import reset
 from trainer_core.runner import wait_gone
@@ -229,9 +230,16 @@ def test_a_stop_during_eval_ends_stopped_and_the_next_start_continues(project, r
     assert r.returncode == 0, r.stderr
     driver = int(re.search(r"pid (\d+)", r.stdout).group(1))
     deadline = time.monotonic() + 120
-    while not project.stage_pid.is_file() and time.monotonic() < deadline:
+    while read_pid_file(project.stage_pid) is None and time.monotonic() < deadline:
         time.sleep(0.05)                      # polling a file another process writes: no event to wait on
-    r = run_cli("stop", "--project", str(project.root), "--timeout", "0")
+    # the stage is held still while the stop is sent, so the stop lands inside it however fast the eval
+    # is (a demo eval can finish before the stop command has started): the SIGTERM waits for SIGCONT
+    stage = psutil.Process(read_pid_file(project.stage_pid)["pid"])
+    stage.suspend()
+    try:
+        r = run_cli("stop", "--project", str(project.root), "--timeout", "0")
+    finally:
+        stage.resume()
     assert r.returncode == 0, r.stderr
     wait_exit(driver)
     state = json.loads(project.state_json.read_text())
