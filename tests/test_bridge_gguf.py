@@ -286,7 +286,7 @@ def test_half_a_bank_is_ignored_as_the_engine_does(drop, tmp_path):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda t: t.update({"adapter.cap_query": ((W, 8), "F32")}), "adapter.cap_query belongs to another adapter kind"),
+    (lambda t: t.update({"adapter.cap_query": ((W, 8), "F32")}), "adapter.cap_query makes the engine run this file with its Ming runner"),
     (lambda t: t.update({"adapter.vis_q.weight": ((VIS + 8, W), "F16")}),
      "adapter.vis_q.weight reads 32-wide vision embeds but adapter.vis_in.weight 24-wide"),
     (lambda t: t.update({"adapter.slot_query": ((W + 8, MAX_SLOTS), "F32")}), "not a multiple of the engine's head_dim"),

@@ -285,7 +285,8 @@ def _state_arrays(kind: str) -> dict[str, np.ndarray]:
      "adapter.query makes the engine run this file as a resampler, but adapter.skip.weight"),
     (lambda t: t.pop("adapter.blocks.1.mlp.2.bias"), "adapter.blocks.1.mlp.2.bias is missing"),
     (lambda t: t.update({"adapter.out_proj.bias": np.zeros(OUT + 1, np.float32)}), "adapter.out_proj.bias has ne [97]"),
-    (lambda t: t.update({"adapter.cap_query": np.zeros((4, W), np.float32)}), "adapter.cap_query belongs to another adapter kind"),
+    (lambda t: t.update({"adapter.cap_query": np.zeros((4, W), np.float32)}), "adapter.cap_query makes the engine run this file with its Ming runner, which ignores "
+     "adapter.vision_proj.weight"),
     (lambda t: t.update({"adapter.extra.weight": np.zeros((4, 4), np.float32)}), "adapter.extra.weight is not part of a token_aligned_vision adapter"),
     (lambda t: t.update({"adapter.t5_embed.weight": np.zeros((50, W), np.float32)}), "adapter.t5_embed.weight without adapter.query"),
     (lambda t: t.pop("adapter.in_proj.weight"), "adapter.in_proj.weight (2-D) is missing"),

@@ -37,11 +37,18 @@ __all__ = [
 HEAD_DIM = 64
 LAYERWISE = "token_aligned_layerwise"
 BRIDGE = "qwen35_bridge"
+MING = "ming_image"
+# the seeded-slot trunk (packs-contract-more C.3): [fixed bank ; one seeded slot per teacher token]
+BRIDGE_KINDS = frozenset({BRIDGE, MING})
+# the fixed bank's query and head tensors, by kind: the Qwen3.5 bridge's optional FLUX.3 Klein bank, Ming's
+# caption bank (always there: the DiT's 256 caption rows)
+BANK_NAMES = {BRIDGE: ("bank_query", "out_bank"), MING: ("cap_query", "out_cap")}
 TOKEN_KINDS = frozenset({"token_aligned_vision", LAYERWISE})
 LN_EPS = 1e-5
-KINDS = ("resampler", "seeded_resampler", "token_aligned_vision", "token_aligned_layerwise", "qwen35_bridge")
+KINDS = ("resampler", "seeded_resampler", "token_aligned_vision", "token_aligned_layerwise", "qwen35_bridge",
+         "ming_image")
 # trained on (t − μ)/σ; the export folds μ, σ back in
-STANDARDIZED_KINDS = frozenset({"resampler", "token_aligned_layerwise", "qwen35_bridge"})
+STANDARDIZED_KINDS = frozenset({"resampler", "token_aligned_layerwise", "qwen35_bridge", "ming_image"})
 
 
 @dataclass(frozen=True)
@@ -58,10 +65,10 @@ class AdapterConfig:
     has_vis_in: bool = True     # token_aligned_vision: raw-vision injection (the engine allows it off)
     has_skip: bool = True       # token_aligned_vision: skip path (the engine allows it off)
     taps: tuple[int, ...] = ()  # token_aligned_layerwise: the teacher layers stacked, ascending (layer_map)
-    max_slots: int = 0          # qwen35_bridge: rows of slot_query (the longest template it takes)
-    seed_rank: int = 0          # qwen35_bridge: columns of the frozen seed table
-    n_bank: int = 0             # qwen35_bridge: rows of the fixed (FLUX.3 Klein) bank, 0 = none
-    bank_dim: int = 0           # qwen35_bridge: width of a bank row (8 × 2560)
+    max_slots: int = 0          # bridge kinds: rows of slot_query (the longest template it takes)
+    seed_rank: int = 0          # bridge kinds: columns of the frozen seed table
+    n_bank: int = 0             # qwen35_bridge: rows of the fixed (FLUX.3 Klein) bank, 0 = none; ming_image: n_cap
+    bank_dim: int = 0           # qwen35_bridge: width of a bank row (8 × 2560); ming_image: cap_dim (2560)
     bank_align: bool = False    # qwen35_bridge: bank_in adds the student's rows to the bank (prompt target)
 
     def __post_init__(self) -> None:
@@ -69,14 +76,20 @@ class AdapterConfig:
             raise ValueError(f"unknown adapter kind {self.kind!r}; expected one of {KINDS}")
         if self.width % HEAD_DIM or self.width <= 0:
             raise ValueError(f"adapter width must be a positive multiple of {HEAD_DIM}, got {self.width}")
-        if self.kind not in TOKEN_KINDS and self.kind != BRIDGE and self.num_queries <= 0:
+        if self.kind not in TOKEN_KINDS and self.kind not in BRIDGE_KINDS and self.num_queries <= 0:
             raise ValueError(f"a {self.kind} needs num_queries > 0")
-        if self.kind == BRIDGE:
+        if self.kind in BRIDGE_KINDS:
             for name in ("max_slots", "seed_vocab", "seed_rank", "vis_dim"):
                 if getattr(self, name) <= 0:
-                    raise ValueError(f"a {BRIDGE} adapter needs {name} > 0")
+                    raise ValueError(f"a {self.kind} adapter needs {name} > 0")
             if self.n_bank and self.bank_dim <= 0:
-                raise ValueError(f"a {BRIDGE} adapter with a bank needs bank_dim > 0")
+                raise ValueError(f"a {self.kind} adapter with a bank needs bank_dim > 0")
+        if self.kind == MING:
+            if self.n_bank <= 0:
+                raise ValueError(f"a {MING} adapter needs its caption bank (n_bank = n_cap > 0)")
+            if self.out_dim < self.bank_dim:
+                raise ValueError(f"a {MING} adapter pads its caption rows to out_dim, so out_dim {self.out_dim} "
+                                 f"must be at least cap_dim {self.bank_dim}")
         if self.kind == "seeded_resampler" and self.seed_vocab <= 0:
             raise ValueError("a seeded_resampler needs seed_vocab > 0")
         object.__setattr__(self, "taps", tuple(int(t) for t in self.taps) if self.kind == LAYERWISE else ())
@@ -88,12 +101,13 @@ class AdapterConfig:
                 raise ValueError(f"out_dim {self.out_dim} is not {len(self.taps)} taps of equal width")
         # canonical form, so two descriptions of the same network compare equal
         canon: dict[str, Any] = {"mlp_hidden": self.mlp_hidden or 4 * self.width}
-        if self.kind not in ("seeded_resampler", BRIDGE):
+        if self.kind not in ("seeded_resampler", *BRIDGE_KINDS):
             canon["seed_vocab"] = 0
-        if self.kind != BRIDGE:
+        if self.kind not in BRIDGE_KINDS:
             canon.update(max_slots=0, seed_rank=0, n_bank=0, bank_dim=0, bank_align=False)
-        if self.kind == BRIDGE:       # every slot seeded and fed raw vision; no skip path
-            canon.update(num_queries=0, has_vis_in=True, has_skip=False, bank_align=bool(self.bank_align))
+        if self.kind in BRIDGE_KINDS:  # every slot seeded and fed raw vision; no skip path
+            canon.update(num_queries=0, has_vis_in=True, has_skip=False,
+                         bank_align=bool(self.bank_align) and self.kind == BRIDGE)
             if not self.n_bank:
                 canon.update(n_bank=0, bank_dim=0, bank_align=False)
         elif self.kind == "token_aligned_vision":
@@ -124,7 +138,13 @@ class AdapterConfig:
 
     @property
     def bridge(self) -> bool:
-        return self.kind == BRIDGE
+        """The seeded-slot trunk: the Qwen3.5 bridge and Ming."""
+        return self.kind in BRIDGE_KINDS
+
+    @property
+    def bank_names(self) -> tuple[str, str]:
+        """(the fixed bank's query tensor, its head) of a bridge kind."""
+        return BANK_NAMES[self.kind]
 
     @property
     def layer_dim(self) -> int:
@@ -311,13 +331,18 @@ class Bridge(nn.Module):
     engine does so only for FLUX.3, never on MOSS). Keys/values are [in_proj(h) ; vis_in(every raw
     vision embed)]. Both banks run jointly through the resampler blocks, one ln_out, then one head
     each: returns (bank rows [B, n_bank, bank_dim] or None, slot rows [B, P, out_dim]).
-    `seed_embed` is the frozen PCA of the teacher's embedding table (precompute fits it)."""
+    `seed_embed` is the frozen PCA of the teacher's embedding table (precompute fits it).
+
+    Ming-Image's adapter (kind ming_image) is the same trunk with the caption bank: `cap_query` (its
+    256 rows) and `out_cap` (→ cap_dim) in place of bank_query and out_bank, never prompt-aligned; the
+    slots are one per Ling prompt token and out_proj gives the DiT's direct rows."""
 
     def __init__(self, config: AdapterConfig):
         super().__init__()
         c = self.config = config
+        self._bank_query, self._bank_head = c.bank_names
         if c.n_bank:
-            self.bank_query = nn.Parameter(torch.randn(c.n_bank, c.width) * 0.02)
+            setattr(self, self._bank_query, nn.Parameter(torch.randn(c.n_bank, c.width) * 0.02))
         self.slot_query = nn.Parameter(torch.randn(c.max_slots, c.width) * 0.02)
         if c.n_bank and c.bank_align:
             self.bank_in = nn.Linear(c.in_dim, c.width, bias=False)
@@ -330,7 +355,7 @@ class Bridge(nn.Module):
         self.blocks = nn.ModuleList(ResamplerBlock(c.width, c.mlp) for _ in range(c.depth))
         self.ln_out = nn.LayerNorm(c.width, eps=LN_EPS)
         if c.n_bank:
-            self.out_bank = nn.Linear(c.width, c.bank_dim)
+            setattr(self, self._bank_head, nn.Linear(c.width, c.bank_dim))
         self.out_proj = nn.Linear(c.width, c.out_dim)
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None, *, seed_ids: torch.Tensor,
@@ -356,7 +381,7 @@ class Bridge(nn.Module):
             q = q + self.vis_q(vis_slot)
         self_mask = slot_mask
         if c.n_bank:
-            bank = self.bank_query.unsqueeze(0).expand(B, -1, -1)
+            bank = getattr(self, self._bank_query).unsqueeze(0).expand(B, -1, -1)
             if bank_hidden is not None:
                 if not hasattr(self, "bank_in"):
                     raise ValueError("bank_hidden needs a prompt-aligned bank (bank_in)")
@@ -368,7 +393,7 @@ class Bridge(nn.Module):
         for block in self.blocks:
             q = run_block(self, block, q, kv, kv_mask, self_mask)
         q = self.ln_out(q)
-        bank_out = self.out_bank(q[:, :c.n_bank]) if c.n_bank else None
+        bank_out = getattr(self, self._bank_head)(q[:, :c.n_bank]) if c.n_bank else None
         return bank_out, self.out_proj(q[:, c.n_bank:])
 
 
@@ -409,7 +434,7 @@ def count_parameters(model: nn.Module) -> int:
 def expected_tensor_count(config: AdapterConfig) -> int:
     """Tensors in the state_dict (= in the GGUF): 175 / 176 / 74 / 73 at the reference sizes; the
     bridge 183 / 182 / 179 (prompt bank / caption bank / none)."""
-    if config.bridge:
+    if config.bridge:       # Ming: cap_query + out_cap (2) is its bank
         bank = (3 + (1 if config.bank_align else 0)) if config.n_bank else 0
         return bank + 1 + 3 + 2 + 1 + 28 * config.depth + 2 + 2
     if config.layerwise:

@@ -3,9 +3,10 @@ packs-contract-more Part F): the dtype rule, the tensors each variant has, and `
 which infers the AdapterConfig as the engine would and lists what is wrong. No file I/O here:
 gguf_io reads and writes the files.
 
-The engine picks a runner by marker tensors before anything else: `cap_query` → the Ming runner
-(a kind gguf-trainer does not write), `slot_query` without `cap_query` → the Qwen3.5 bridge,
-`query` → the resampler family, otherwise the token-aligned runner (`layer_map`: layerwise).
+The engine picks a runner by marker tensors before anything else: `cap_query` → the Ming runner,
+`slot_query` without `cap_query` → the Qwen3.5 bridge, `query` → the resampler family, otherwise
+the token-aligned runner (`layer_map`: layerwise). Outside `adapter.` the engine reads one tensor:
+Ming's `tokenizer_json` (the Ling tokenizer.json, one F16 element per byte).
 """
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ import numpy as np
 
 from trainer_core.contract.adapter import AdapterConfig
 
-__all__ = ["PREFIX", "F32_2D", "FOREIGN_MARKERS", "gguf_dtype", "LayoutProblem", "detect_layout", "expected_ne"]
+__all__ = ["PREFIX", "F32_2D", "TOKENIZER_JSON", "gguf_dtype", "LayoutProblem", "detect_layout", "expected_ne"]
 
 PREFIX = "adapter."
 # 2-D tensors kept F32: the query banks (the engine converts them to f32 on load anyway) and the
-# frozen vision projection; `cap_query` is Ming's, listed for when that kind is written
+# frozen vision projection
 F32_2D = frozenset({"query", "vision_proj.weight", "slot_query", "bank_query", "cap_query"})
-FOREIGN_MARKERS = ("cap_query",)  # the runners of kinds gguf-trainer does not write
+TOKENIZER_JSON = "tokenizer_json"   # top level, no prefix: the engine reads it for Ming only
 
 
 def gguf_dtype(name: str, ndim: int) -> str:
@@ -60,8 +61,9 @@ def expected_ne(config: AdapterConfig) -> dict[str, tuple[int, ...]]:
         ne[f"{name}.bias"] = (W,)
 
     if c.bridge:
+        bank_query, bank_head = c.bank_names
         if c.n_bank:
-            ne["bank_query"] = (W, c.n_bank)
+            ne[bank_query] = (W, c.n_bank)
         ne["slot_query"] = (W, c.max_slots)
         if c.n_bank and c.bank_align:
             linear("bank_in", c.in_dim, W, bias=False)
@@ -95,7 +97,7 @@ def expected_ne(config: AdapterConfig) -> dict[str, tuple[int, ...]]:
         linear(f"blocks.{i}.mlp.2", c.mlp, W)
     norm("ln_out")
     if c.bridge and c.n_bank:
-        linear("out_bank", W, c.bank_dim)
+        linear(bank_head, W, c.bank_dim)
     linear("out_proj", W, c.out_dim)
     if c.token_aligned and c.has_skip:       # layerwise: always
         linear("skip", c.in_dim, c.out_dim)
@@ -113,14 +115,21 @@ def detect_layout(tensors: Mapping[str, tuple[tuple[int, ...], str]], layer_map:
     """
     problems: list[LayoutProblem] = []
     names = {n[len(PREFIX):]: v for n, v in tensors.items() if n.startswith(PREFIX)}
+    ming = "cap_query" in names
     for other in sorted(set(tensors) - {PREFIX + n for n in names}):
+        if other == TOKENIZER_JSON:
+            if not ming:
+                problems.append(LayoutProblem(f"tensor {other} is read for Ming adapters only; the engine ignores "
+                                              f"it here", fatal=False))
+            continue
         problems.append(LayoutProblem(f"tensor {other} is outside the adapter. namespace the engine loads"))
     if not names:
         return None, [LayoutProblem("no adapter.* tensors: this is not an adapter GGUF")]
-    for marker in FOREIGN_MARKERS:
-        if marker in names:
-            problems.append(LayoutProblem(f"adapter.{marker} belongs to another adapter kind; the engine "
-                                          f"would run this file with a different runner"))
+    if ming and not any(p.fatal for p in problems):
+        if TOKENIZER_JSON not in tensors:
+            problems.append(LayoutProblem(f"the Ming adapter has no {TOKENIZER_JSON} tensor, so the engine needs a "
+                                          f"Ling tokenizer from elsewhere (the text encoder's GGUF)", fatal=False))
+        return _detect_ming(names, problems)
     if "slot_query" in names and not any(p.fatal for p in problems):
         return _detect_bridge(names, problems)
     has_query = "query" in names
@@ -267,6 +276,46 @@ def _detect_bridge(names: Mapping[str, tuple[tuple[int, ...], str]], problems: l
     except ValueError as e:
         return None, problems + [LayoutProblem(f"the tensors do not make an adapter: {e}")]
     return _check_expected(config, names, problems, ignored)
+
+
+def _detect_ming(names: Mapping[str, tuple[tuple[int, ...], str]], problems: list[LayoutProblem]
+                 ) -> tuple[AdapterConfig | None, list[LayoutProblem]]:
+    """The engine's Ming runner (MingAdapterConfig::detect_from_weights): width and n_cap from cap_query,
+    max_slots from slot_query, the seed table from seed_embed, vis_dim from vis_in, cap_dim from out_cap,
+    out_dim from out_proj. A size it cannot read falls back to the engine's default, which a trained
+    adapter never matches: every one of these tensors is required."""
+    def ne(name: str) -> tuple[int, ...] | None:
+        v = names.get(name)
+        return tuple(v[0]) if v else None
+
+    foreign = [n for n in ("query", "t5_embed.weight", "vision_proj.weight", "skip.weight", "layer_map",
+                           "bank_query", "out_bank.weight", "bank_in.weight") if n in names]
+    if foreign:
+        return None, problems + [LayoutProblem(f"adapter.cap_query makes the engine run this file with its Ming "
+                                               f"runner, which ignores adapter.{foreign[0]}: that tensor belongs "
+                                               f"to another adapter kind")]
+    for required in ("cap_query", "slot_query", "in_proj.weight", "out_proj.weight", "out_cap.weight",
+                     "blocks.0.mlp.0.weight", "seed_embed.weight", "vis_in.weight"):
+        if ne(required) is None or len(ne(required)) != 2:
+            return None, problems + [LayoutProblem(f"adapter.{required} (2-D) is missing; the engine would size "
+                                                   f"the Ming adapter from its defaults instead")]
+    width, n_cap = ne("cap_query")
+    if width % 64:
+        return None, problems + [LayoutProblem(f"adapter.cap_query gives width {width}, which is not a multiple "
+                                               f"of the engine's head_dim 64")]
+    if ne("slot_query")[0] != width:
+        return None, problems + [LayoutProblem(f"adapter.slot_query is {ne('slot_query')[0]} wide but "
+                                               f"adapter.cap_query {width}; the engine reads one width")]
+    depth = 1 + max((int(m.group(1)) for n in names if (m := _BLOCK.match(n))), default=-1)
+    try:
+        config = AdapterConfig(
+            kind="ming_image", in_dim=ne("in_proj.weight")[0], out_dim=ne("out_proj.weight")[1], width=width,
+            depth=depth, mlp_hidden=ne("blocks.0.mlp.0.weight")[1], seed_vocab=ne("seed_embed.weight")[1],
+            seed_rank=ne("seed_embed.weight")[0], vis_dim=ne("vis_in.weight")[0], max_slots=ne("slot_query")[1],
+            n_bank=n_cap, bank_dim=ne("out_cap.weight")[1])
+    except ValueError as e:
+        return None, problems + [LayoutProblem(f"the tensors do not make an adapter: {e}")]
+    return _check_expected(config, names, problems)
 
 
 def _check_expected(config: AdapterConfig, names: Mapping[str, tuple[tuple[int, ...], str]],

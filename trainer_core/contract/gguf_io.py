@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainer_core.contract.adapter import AdapterConfig, build_adapter
-from trainer_core.contract.adapter_layout import PREFIX, LayoutProblem, detect_layout, expected_ne, gguf_dtype
+from trainer_core.contract.adapter import MING, AdapterConfig, build_adapter
+from trainer_core.contract.adapter_layout import (PREFIX, TOKENIZER_JSON, LayoutProblem, detect_layout, expected_ne,
+                                               gguf_dtype)
 from trainer_core.base.atomic import atomic_path
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.gguf_read import (GGUFHeader, GGUFTensor, dequantize, open_gguf, read_gguf_kvs,
@@ -61,6 +62,7 @@ KV_KIND = "adapter.kind"                    # written for the layerwise and brid
 KV_LAYER_DIM, KV_N_OUT_LAYERS, KV_OUT_LAYERS = "adapter.layer_dim", "adapter.n_out_layers", "adapter.out_layers"
 KV_N_BANK, KV_BANK_DIM, KV_BANK_ALIGN = "adapter.n_bank", "adapter.bank_dim", "adapter.bank_align"
 KV_MAX_SLOTS, KV_SEED_RANK, KV_SEED_VOCAB = "adapter.max_slots", "adapter.seed_rank", "adapter.seed_vocab"
+KV_N_CAP, KV_CAP_DIM = "adapter.n_cap", "adapter.cap_dim"               # Ming's caption bank
 # the vocabulary the engine reads from a bridge adapter (packs-contract-more D.2 §5): string arrays,
 # then the model and pre-tokenizer names it checks before using them
 KV_TOKENS, KV_MERGES = "tokenizer.ggml.tokens", "tokenizer.ggml.merges"
@@ -82,21 +84,22 @@ class Provenance:
 
 
 def fold_standardization(state: Mapping[str, torch.Tensor], mu: torch.Tensor, sigma: torch.Tensor,
-                         bank_mu: torch.Tensor | None = None, bank_sigma: torch.Tensor | None = None
-                         ) -> dict[str, torch.Tensor]:
+                         bank_mu: torch.Tensor | None = None, bank_sigma: torch.Tensor | None = None,
+                         bank_head: str = "out_bank") -> dict[str, torch.Tensor]:
     """W' = diag(σ_f)·W, b' = σ_f ⊙ b + μ on out_proj, in f32: the adapter then emits teacher-scale rows.
     A skip path (layerwise) is scaled by σ_f alone, W' = diag(σ_f)·W, b' = σ_f ⊙ b: the two heads are
-    summed, so μ is added once. The bridge's bank head (out_bank) folds its own statistics, given
-    exactly when the state has one; (μ, σ) are then the slot (MOSS) head's."""
+    summed, so μ is added once. A bridge kind's bank head (`bank_head`: the Qwen3.5 bridge's out_bank,
+    Ming's out_cap) folds its own statistics, given exactly when the state has one; (μ, σ) are then
+    the slot head's (MOSS rows; Ming's direct rows)."""
     out = {k: v.detach().to(torch.float32).clone() for k, v in state.items()}
     sigma = _fold_head(out, "out_proj", mu, sigma)
     if "skip.weight" in out:
         out["skip.weight"] = out["skip.weight"] * sigma[:, None]
         out["skip.bias"] = out["skip.bias"] * sigma
-    if ("out_bank.weight" in out) != (bank_mu is not None and bank_sigma is not None):
-        raise ValueError("fold: the bank head's statistics must be given exactly when the adapter has out_bank")
+    if (f"{bank_head}.weight" in out) != (bank_mu is not None and bank_sigma is not None):
+        raise ValueError(f"fold: the bank head's statistics must be given exactly when the adapter has {bank_head}")
     if bank_mu is not None and bank_sigma is not None:
-        _fold_head(out, "out_bank", bank_mu, bank_sigma)
+        _fold_head(out, bank_head, bank_mu, bank_sigma)
     return out
 
 
@@ -128,7 +131,11 @@ def _kv_items(config: AdapterConfig, name: str, pack: str, provenance: Provenanc
     if config.layerwise:
         items += [(KV_KIND, config.kind, "str"), (KV_LAYER_DIM, config.layer_dim, "u32"),
                   (KV_N_OUT_LAYERS, len(config.taps), "u32"), (KV_OUT_LAYERS, list(config.taps), "i32s")]
-    if config.bridge:
+    if config.kind == MING:     # packs-contract-more D.1 §5, in that order
+        items += [(KV_KIND, config.kind, "str"), (KV_N_CAP, config.n_bank, "u32"), (KV_CAP_DIM, config.bank_dim, "u32"),
+                  (KV_MAX_SLOTS, config.max_slots, "u32"), (KV_SEED_RANK, config.seed_rank, "u32"),
+                  (KV_SEED_VOCAB, config.seed_vocab, "u32"), (KV_VIS_DIM, config.vis_dim, "u32")]
+    elif config.bridge:
         items += [(KV_KIND, config.kind, "str"), (KV_N_BANK, config.n_bank, "u32"),
                   (KV_BANK_DIM, config.bank_dim, "u32"), (KV_BANK_ALIGN, int(config.bank_align), "u32"),
                   (KV_MAX_SLOTS, config.max_slots, "u32"), (KV_SEED_RANK, config.seed_rank, "u32"),
@@ -204,7 +211,8 @@ def write_adapter_gguf(path: str | os.PathLike, model: nn.Module | Mapping[str, 
                        pack_kvs: Mapping[str, Any] | None = None, mu: torch.Tensor | None = None,
                        sigma: torch.Tensor | None = None, bank_mu: torch.Tensor | None = None,
                        bank_sigma: torch.Tensor | None = None,
-                       arrays: Mapping[str, list[str]] | None = None) -> Path:
+                       arrays: Mapping[str, list[str]] | None = None,
+                       extra: Mapping[str, np.ndarray] | None = None) -> Path:
     """Write the adapter GGUF atomically and verify it by reading it back before the rename.
 
     `mu`/`sigma` (σ already floored) fold the standardization into out_proj; they are
@@ -212,21 +220,28 @@ def write_adapter_gguf(path: str | os.PathLike, model: nn.Module | Mapping[str, 
     `bank_mu`/`bank_sigma` fold the bridge's bank head (out_bank), exactly when it has one.
     `arrays` are string-array KVs written after all the others (the bridge's vocabulary:
     tokenizer.ggml.tokens and .merges, followed by tokenizer.ggml.model and .pre); a bridge
-    without them is refused, since the engine could not tokenize its template.
+    without them is refused, since the engine could not tokenize its template. `extra` are tensors
+    written after the adapter's under their own names: Ming's `tokenizer_json` (the Ling tokenizer.json,
+    one F16 element per byte), without which a Ming adapter is refused for the same reason.
     """
     state = model.state_dict() if isinstance(model, nn.Module) else dict(model)
-    arrays = dict(arrays or {})
+    arrays, extra = dict(arrays or {}), dict(extra or {})
     if config.standardized != (mu is not None and sigma is not None):
         raise ValueError(f"{config.kind}: fold statistics must be given exactly when the kind is "
                          f"trained on standardized targets")
     if bool(config.n_bank) != (bank_mu is not None and bank_sigma is not None):
         raise ValueError(f"{config.kind}: the bank head's fold statistics must be given exactly when the "
                          f"adapter has a bank")
-    if config.bridge and not (arrays.get(KV_TOKENS) and arrays.get(KV_MERGES)):
+    if config.kind == MING and TOKENIZER_JSON not in extra:
+        raise ModelFileError(f"{path} was not written: the engine cannot tokenize Ming's prompt without the Ling "
+                             f"tokenizer ({TOKENIZER_JSON}), so download the teacher's mllm/tokenizer.json and "
+                             f"export again.")
+    if config.bridge and config.kind != MING and not (arrays.get(KV_TOKENS) and arrays.get(KV_MERGES)):
         raise ModelFileError(f"{path} was not written: the engine cannot tokenize the MOSS template without "
                              f"the teacher's vocabulary ({KV_TOKENS} and {KV_MERGES}), so download the "
                              f"teacher's tokenizer.json and export again.")
-    state = (fold_standardization(state, mu, sigma, bank_mu, bank_sigma) if mu is not None
+    bank_head = config.bank_names[1] if config.bridge else "out_bank"
+    state = (fold_standardization(state, mu, sigma, bank_mu, bank_sigma, bank_head) if mu is not None
              else {k: v.detach().to(torch.float32) for k, v in state.items()})
 
     def tensors() -> Iterable[tuple[str, np.ndarray]]:
@@ -234,18 +249,22 @@ def write_adapter_gguf(path: str | os.PathLike, model: nn.Module | Mapping[str, 
             array = tensor.cpu().numpy()
             dtype = np.float32 if gguf_dtype(tensor_name, array.ndim) == "f32" else np.float16
             yield PREFIX + tensor_name, np.ascontiguousarray(array.astype(dtype))
+        for tensor_name, array in extra.items():
+            yield tensor_name, np.ascontiguousarray(array)
     needs = sum(t.numel() * (4 if gguf_dtype(n, t.ndim) == "f32" else 2) for n, t in state.items())
+    needs += sum(int(a.nbytes) for a in extra.values())
     needs += sum(8 + len(str(v).encode()) for values in arrays.values() for v in values)
     kvs = _kv_items(config, name, pack, provenance, pack_kvs or {}, arrays)
-    return write_gguf(path, "pig", tensors(), kvs, check=lambda tmp: _verify(tmp, state, config, kvs), needs=needs)
+    return write_gguf(path, "pig", tensors(), kvs, check=lambda tmp: _verify(tmp, state, config, kvs, extra),
+                      needs=needs)
 
 
 def _verify(tmp: str | os.PathLike, state: Mapping[str, torch.Tensor], config: AdapterConfig,
-            kvs: list[tuple[str, Any, str]]) -> None:
+            kvs: list[tuple[str, Any, str]], extra: Mapping[str, np.ndarray] | None = None) -> None:
     header = GGUFHeader(Path(tmp))
     tensors = header.tensors()
-    names = [n[len(PREFIX):] for n in tensors]
-    if names != list(state):
+    names = [n for n in tensors]
+    if names != [PREFIX + n for n in state] + list(extra or {}):
         raise ModelFileError(f"the GGUF written to {tmp} does not hold the adapter's tensors in order")
     found, problems = layout_of(tensors)
     fatal = [p for p in problems if p.fatal]
