@@ -114,6 +114,35 @@ def test_padding_never_changes_real_rows():
                                    atol=1e-5, rtol=1e-5)
 
 
+def test_token_aligned_real_rows_only_is_the_padded_forward_on_the_real_rows_with_its_gradients():
+    """rows_only (the CPU default) runs the row-wise layers on the real rows alone: the same real rows,
+    zeros on the pads, and the same parameter gradients for a loss over the real rows."""
+    torch.manual_seed(7)
+    config = AdapterConfig("token_aligned_vision", 32, 48, 64, 2, vis_dim=16)
+    model = build_adapter(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    twin = build_adapter(config)
+    twin.load_state_dict(model.state_dict())
+    h = torch.randn(3, 7, 32)
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [True] * 2 + [False] * 5])
+    h[~mask] = 25.0                                  # pad rows the packed path never reads
+    vis = torch.zeros(3, 7, 16)
+    vis[0, 1:3], vis[1, 0] = torch.randn(2, 16), torch.randn(16)
+    target = torch.randn(3, 7, 48)
+    outs = []
+    for net, rows_only in ((model, True), (twin, False)):
+        out = net(h, mask, vis, rows_only=rows_only)
+        ((out - target) ** 2 * mask[..., None]).sum().backward()
+        outs.append(out.detach())
+    torch.testing.assert_close(outs[0][mask], outs[1][mask], atol=1e-5, rtol=1e-5)
+    assert not outs[0][~mask].any() and outs[1][~mask].abs().sum() > 0
+    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+        if a.requires_grad:
+            torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4, msg=name)
+
+
 def test_token_aligned_starts_as_its_skip_path_and_vision_proj_is_frozen():
     torch.manual_seed(2)
     model = build_adapter(AdapterConfig("token_aligned_vision", 32, 48, 64, 2, vis_dim=16))

@@ -9,7 +9,7 @@ import torch
 
 from trainer_core.contract.losses import (
     PooledMean, ResamplerMetrics, SeededMetrics, TokenAlignedMetrics, accumulate_stats,
-    destandardize, distill_loss, health_verdict, real_slots, rel_mse, rms_norm, row_cos,
+    destandardize, distill_loss, health_verdict, real_slots, rel_mse, rms_norm, row_cos, row_cos_and_rms,
     standardize, target_stats,
 )
 
@@ -168,6 +168,17 @@ def test_distill_loss_error_sums_give_rel_mse_raw_and_standardized():
     _, parts = distill_loss(p, standardize(t, mu, sigma), torch.ones(D), None, err_weight=sigma * sigma)
     want = float(((destandardize(p, mu, sigma).double() - t.double()) ** 2).sum())
     assert parts["err"].item() == pytest.approx(want, rel=1e-5)
+
+
+def test_row_cos_and_rms_is_both_cosines_from_one_set_of_row_sums():
+    p, t = rand(B, R, D, seed=50), rand(B, R, D, seed=51) * 3.0
+    p[0, 0], t[1, 1] = 0.0, 0.0                     # zero rows: cosine 0 in both
+    p[2, 2] = 1e-9                                  # a row whose norm is under the clamp
+    cos, cos_rms = row_cos_and_rms(p, t)
+    torch.testing.assert_close(cos, row_cos(p, t), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(cos_rms, row_cos(rms_norm(p), rms_norm(t)), rtol=1e-6, atol=1e-7)
+    for b, r in ((0, 3), (1, 0)):
+        assert cos_rms[b, r].item() == pytest.approx(ref_cos(ref_rms(p[b, r]), ref_rms(t[b, r])), abs=1e-6)
 
 
 def test_distill_loss_ignores_masked_rows_and_none_means_all():

@@ -284,7 +284,16 @@ class TokenAligned(nn.Module):
             self.skip = nn.Linear(c.in_dim, c.out_dim)
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None,
-                vis: torch.Tensor | None = None) -> torch.Tensor:
+                vis: torch.Tensor | None = None, rows_only: bool | None = None) -> torch.Tensor:
+        """[B, L, out]. With a padding mask the row-wise layers (in_proj, vis_in, out_proj, skip: all but
+        the blocks) can run on the real rows alone and the pad rows come out as zeros (`rows_only`; None =
+        on the CPU, where a padded batch of a vision pack is half pads and these layers are most of a
+        step; on a GPU the padded matmuls cost less than the host sync the row selection needs). The real
+        rows are the same either way: no real row attends to a pad row."""
+        if rows_only is None:
+            rows_only = h.device.type == "cpu"
+        if rows_only and mask is not None and not bool(mask.all()):
+            return self._real_rows(h, mask, vis)
         x = self.in_proj(h)                                           # [B, L, W]
         if vis is not None and hasattr(self, "vis_in"):
             x = x + self.vis_in(vis)             # raw mmproj rows at vision positions, zeros elsewhere
@@ -294,6 +303,21 @@ class TokenAligned(nn.Module):
         if hasattr(self, "skip"):
             out = out + self.skip(h)
         return out
+
+    def _real_rows(self, h: torch.Tensor, mask: torch.Tensor, vis: torch.Tensor | None) -> torch.Tensor:
+        B, L = mask.shape
+        rows = mask.reshape(-1).nonzero().squeeze(1)                  # [N] flat indices of the real rows
+        h_rows = h.reshape(B * L, -1).index_select(0, rows)           # [N, in]
+        x_rows = self.in_proj(h_rows)                                 # [N, W]
+        if vis is not None and hasattr(self, "vis_in"):
+            x_rows = x_rows + self.vis_in(vis.reshape(B * L, -1).index_select(0, rows))
+        x = x_rows.new_zeros(B * L, x_rows.shape[-1]).index_copy(0, rows, x_rows).view(B, L, -1)
+        for block in self.blocks:
+            x = run_block(self, block, x, mask)
+        out_rows = self.out_proj(self.ln_out(x.reshape(B * L, -1).index_select(0, rows)))    # [N, out]
+        if hasattr(self, "skip"):
+            out_rows = out_rows + self.skip(h_rows)
+        return out_rows.new_zeros(B * L, out_rows.shape[-1]).index_copy(0, rows, out_rows).view(B, L, -1)
 
 
 class Layerwise(nn.Module):

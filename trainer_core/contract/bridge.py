@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trainer_core.contract.losses import PooledMean, distill_loss, rel_mse, rms_norm, row_cos, standardize
+from trainer_core.contract.losses import PooledMean, distill_loss, rel_mse, row_cos, row_cos_and_rms, standardize
 
 __all__ = ["BANK_PREFIX", "BANK_SUFFIX", "BridgeParts", "bank_length", "bridge_forward",
            "bridge_loss", "BridgeMetrics"]
@@ -139,10 +139,10 @@ class BridgeMetrics:
         w = where.to(torch.float64)
         n = w.sum().clamp_min(1.0)
         mean = lambda rows: float((rows * w).sum() / n)  # noqa: E731 — over the rows that count
-        cos_rms = row_cos(rms_norm(p), rms_norm(t))
+        cos_raw, cos_rms = row_cos_and_rms(p, t)
         self.means[f"cos_centered_{head}"].add(mean(row_cos(p - mu, t - mu)))
         self.means[f"cos_rms_{head}"].add(mean(cos_rms))
-        self.means[f"cos_raw_{head}"].add(mean(row_cos(p, t)))
+        self.means[f"cos_raw_{head}"].add(mean(cos_raw))
         self.means[f"rel_mse_{head}"].add(float(rel_mse(p, t, where)))
         if pred_ck is not None:
             self.means[f"roundtrip_cos_{head}"].add(mean(row_cos(p - mu, pred_ck.double() - mu)))

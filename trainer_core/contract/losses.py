@@ -29,7 +29,7 @@ from torch import Tensor
 __all__ = [
     "COS_EPS", "RMS_EPS", "VAR_MIN", "HEALTHY_CENTERED_COS", "BROKEN_ROPE_BAND",
     "accumulate_stats", "target_stats", "standardize", "destandardize",
-    "row_cos", "rms_norm", "real_slots", "distill_loss", "rel_mse",
+    "row_cos", "row_cos_and_rms", "rms_norm", "real_slots", "distill_loss", "rel_mse",
     "PooledMean", "ResamplerMetrics", "SeededMetrics", "TokenAlignedMetrics", "health_verdict",
 ]
 
@@ -104,6 +104,20 @@ def row_cos(p: Tensor, t: Tensor, eps: float = COS_EPS) -> Tensor:
     return dot / (p_norm * t_norm)
 
 
+def row_cos_and_rms(p: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+    """(row_cos(p, t), row_cos(rms_norm(p), rms_norm(t))) from one set of row sums, [..., D] → [...] each.
+    rms_norm scales a row by r = rsqrt(mean(x²) + RMS_EPS) > 0, so the second is the first with each norm
+    scaled by its r before the COS_EPS clamp: the same numbers without the two normalized copies."""
+    p, t = _wide(p), _wide(t)
+    dot, pp, tt = _vdot(p, t), _vdot(p, p), _vdot(t, t)                 # [...]
+    eps2 = COS_EPS * COS_EPS
+    cos = dot / (pp.clamp_min(eps2).sqrt() * tt.clamp_min(eps2).sqrt())
+    rp = torch.rsqrt(pp / p.shape[-1] + RMS_EPS)
+    rt = torch.rsqrt(tt / t.shape[-1] + RMS_EPS)
+    cos_rms = dot * rp * rt / ((pp * rp * rp).clamp_min(eps2).sqrt() * (tt * rt * rt).clamp_min(eps2).sqrt())
+    return cos, cos_rms
+
+
 def rms_norm(x: Tensor) -> Tensor:
     """x·rsqrt(mean(x²) + 1e-5) per row (§0.6); not centred, so cos_rms ≈ the raw cosine."""
     x = _wide(x)
@@ -172,6 +186,13 @@ def distill_loss(pred: Tensor, target: Tensor, sigma: Tensor, mask: Tensor | Non
     """
     _check(pred, target, mask)
     p, t = _wide(pred), _wide(target)                                    # [B, R, D]
+    if mask is not None and p.device.type == "cpu" and not bool(mask.all()):
+        # on the CPU the rows kept are gathered first: a vision pack's batch is half pads, and the passes
+        # below cost more than the gather (on a GPU the selection would wait for the device)
+        keep = mask.reshape(-1).nonzero().squeeze(1)                     # [N]
+        p = p.reshape(-1, p.shape[-1]).index_select(0, keep)[None]       # [1, N, D]
+        t = t.reshape(-1, t.shape[-1]).index_select(0, keep)[None]
+        mask = None
     rows = torch.ones(p.shape[:-1], dtype=torch.bool, device=p.device) if mask is None else mask
     inv_var = _wide(sigma).to(p.device).pow(-2)                          # [D]
     weight = None if err_weight is None else _wide(err_weight).to(p)
@@ -250,11 +271,11 @@ class ResamplerMetrics:
         _check(pred, target)
         p, t = _wide(pred), _wide(target)                                # [B, R, D]
         mu = self.mu.to(p)
-        cos_rms = row_cos(rms_norm(p), rms_norm(t))                      # [B, R]
+        cos_raw, cos_rms = row_cos_and_rms(p, t)                         # [B, R] each
         self.means["cos_centered"].add(row_cos(p - mu, t - mu).mean())
         self.means["cos_rms"].add(cos_rms.mean())
         self.means["rel_mse"].add(rel_mse(p, t))
-        self.means["cos_raw"].add(row_cos(p, t).mean())
+        self.means["cos_raw"].add(cos_raw.mean())
         if pred_ck is not None:
             _check(pred, pred_ck)
             self.means["roundtrip_cos"].add(row_cos(p - mu, _wide(pred_ck) - mu).mean())
@@ -297,9 +318,9 @@ class SeededMetrics:
             raise ValueError(f"seed_len must hold one length in 1..{slots} per sample, got "
                              f"{seed_len.tolist()}")
         real = real_slots(seed_len, slots)                               # [B, Q]
-        cos = row_cos(p, t)                                              # [B, Q]
+        cos, cos_rms = row_cos_and_rms(p, t)                             # [B, Q] each
         self.means["cos"].add_values(cos[real])
-        self.means["cos_rms"].add_values(row_cos(rms_norm(p), rms_norm(t))[real])
+        self.means["cos_rms"].add_values(cos_rms[real])
         self.means["rel_mse"].add(*_sq_sums(p, t, real))
         self.means["cos_eos"].add_values(cos[torch.arange(batch, device=p.device), seed_len - 1])
         if pred_ck is not None:
