@@ -272,13 +272,14 @@ class ResamplerMetrics:
         p, t = _wide(pred), _wide(target)                                # [B, R, D]
         mu = self.mu.to(p)
         cos_raw, cos_rms = row_cos_and_rms(p, t)                         # [B, R] each
-        self.means["cos_centered"].add(row_cos(p - mu, t - mu).mean())
+        centred = p - mu                                                 # once for both centred cosines
+        self.means["cos_centered"].add(row_cos(centred, t - mu).mean())
         self.means["cos_rms"].add(cos_rms.mean())
         self.means["rel_mse"].add(rel_mse(p, t))
         self.means["cos_raw"].add(cos_raw.mean())
         if pred_ck is not None:
             _check(pred, pred_ck)
-            self.means["roundtrip_cos"].add(row_cos(p - mu, _wide(pred_ck) - mu).mean())
+            self.means["roundtrip_cos"].add(row_cos(centred, _wide(pred_ck) - mu).mean())
         self.worst_row_cos_rms = _lowest(self.worst_row_cos_rms, cos_rms)
         self.batches += 1
 
