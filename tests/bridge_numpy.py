@@ -95,7 +95,6 @@ def bridge_forward(w: dict[str, np.ndarray], h: np.ndarray, seed_ids: list[int],
     """(bank rows [n_bank, bank_dim] or None, slot rows [P, out_dim]) with the file's tensors `w`.
     `vis` holds every reference's raw rows in image order; `vis_pos` the (first slot, count) of each run."""
     h = np.asarray(h, dtype=np.float64)
-    depth = 1 + max(int(m.group(1)) for n in w if (m := re.match(r"^blocks\.(\d+)\.", n)))
     P = len(seed_ids)
     kv = _linear(w, "in_proj", h)
     q = w["slot_query"][:P] + _linear(w, "seed_proj", w["seed_embed.weight"][np.asarray(seed_ids)])
@@ -114,6 +113,14 @@ def bridge_forward(w: dict[str, np.ndarray], h: np.ndarray, seed_ids: list[int],
         if bank_hidden is not None:
             bank = bank + _linear(w, "bank_in", bank_hidden)
         q = np.concatenate([bank, q])
+    q = resampler_blocks(w, q, kv)
+    return (_linear(w, "out_bank", q[:n_bank]) if n_bank else None), _linear(w, "out_proj", q[n_bank:])
+
+
+def resampler_blocks(w: dict[str, np.ndarray], q: np.ndarray, kv: np.ndarray) -> np.ndarray:
+    """The file's resampler blocks over the queries q (self-attention, cross-attention to kv, erf-GELU
+    MLP, each pre-LN with a residual), then ln_out."""
+    depth = 1 + max(int(m.group(1)) for n in w if (m := re.match(r"^blocks\.(\d+)\.", n)))
     for i in range(depth):
         b = f"blocks.{i}"
         x = _layer_norm(w, f"{b}.ln_self", q)
@@ -121,5 +128,4 @@ def bridge_forward(w: dict[str, np.ndarray], h: np.ndarray, seed_ids: list[int],
         q = q + _attention(w, f"{b}.cross_attn", _layer_norm(w, f"{b}.ln_q", q), _layer_norm(w, f"{b}.ln_kv", kv))
         y = _linear(w, f"{b}.mlp.0", _layer_norm(w, f"{b}.ln_mlp", q))
         q = q + _linear(w, f"{b}.mlp.2", 0.5 * y * (1.0 + _erf(y / math.sqrt(2.0))))
-    q = _layer_norm(w, "ln_out", q)
-    return (_linear(w, "out_bank", q[:n_bank]) if n_bank else None), _linear(w, "out_proj", q[n_bank:])
+    return _layer_norm(w, "ln_out", q)

@@ -3,15 +3,12 @@ packs-contract-more D.1 §5), the fold of its two heads, the embedded Ling token
 engine's output [pad(caption rows, out_dim) ; direct rows] against a numpy forward from the file."""
 from __future__ import annotations
 
-import math
-import re
-
 import gguf
 import numpy as np
 import pytest
 import torch
 
-from bridge_numpy import _attention, _erf, _layer_norm, _linear, gguf_tensors
+from bridge_numpy import _linear, gguf_tensors, resampler_blocks
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.adapter import AdapterConfig, build_adapter, expected_tensor_count
 from trainer_core.contract.adapter_layout import detect_layout
@@ -47,7 +44,6 @@ def write(path, model, cfg, **kwargs):
 
 def ming_forward(w, h, seed_ids, vis=None, image_start=-1):
     """The engine's MingAdapter::forward, batch 1, no masks, float64: [pad(cap) ; dir] [n_cap + P, out_dim]."""
-    depth = 1 + max(int(m.group(1)) for n in w if (m := re.match(r"^blocks\.(\d+)\.", n)))
     P = len(seed_ids)
     kv = _linear(w, "in_proj", np.asarray(h, np.float64))
     q_slot = w["slot_query"][:P] + _linear(w, "seed_proj", w["seed_embed.weight"][np.asarray(seed_ids)])
@@ -57,15 +53,7 @@ def ming_forward(w, h, seed_ids, vis=None, image_start=-1):
         vis_slot = np.zeros((P, vis.shape[1]))
         vis_slot[image_start:image_start + len(vis)] = vis
         q_slot = q_slot + _linear(w, "vis_q", vis_slot)
-    q = np.concatenate([w["cap_query"], q_slot])
-    for i in range(depth):
-        b = f"blocks.{i}"
-        x = _layer_norm(w, f"{b}.ln_self", q)
-        q = q + _attention(w, f"{b}.self_attn", x, x)
-        q = q + _attention(w, f"{b}.cross_attn", _layer_norm(w, f"{b}.ln_q", q), _layer_norm(w, f"{b}.ln_kv", kv))
-        y = _linear(w, f"{b}.mlp.0", _layer_norm(w, f"{b}.ln_mlp", q))
-        q = q + _linear(w, f"{b}.mlp.2", 0.5 * y * (1.0 + _erf(y / math.sqrt(2.0))))
-    q = _layer_norm(w, "ln_out", q)
+    q = resampler_blocks(w, np.concatenate([w["cap_query"], q_slot]), kv)
     n_cap = w["cap_query"].shape[0]
     cap = _linear(w, "out_cap", q[:n_cap])
     out_dim = w["out_proj.weight"].shape[0]
