@@ -34,7 +34,7 @@ from trainer_core.contract.student import EMPTY_TOKEN_ID, GGUF_PREFIX
 __all__ = [
     "QWEN_SPLIT_PATTERN", "QWEN_ADDED_TOKENS", "STUDENT_GGUF_DTYPES",
     "write_qwen_tokenizer", "tiny_qwen3_config", "write_student_config", "write_student_gguf",
-    "SEED", "demo_prompts", "write_demo_images",
+    "SEED", "demo_prompts", "write_demo_images", "train_byte_bpe",
 ]
 
 # The Qwen2 pre-tokenizer split (the same regex Qwen2 and Qwen3 tokenizer.json files carry).
@@ -167,6 +167,33 @@ def _recover_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
             raise RuntimeError(f"rank {rank} of qwen.tiktoken cannot be reached by merges")
         merges.append((parts[0], parts[1]))
     return merges
+
+
+def train_byte_bpe(lines: list[str], split_pattern: str, size: int, nfc: bool = False
+                   ) -> tuple[dict[str, int], list[str]]:
+    """(vocab, merges) of a small byte-level BPE trained on `lines`: the 256 byte tokens at ids 0 … 255 in
+    GPT-2 order, then one id per merge in the order the trainer learned them (a merge whose result is
+    already a token is dropped). `split_pattern` is the tokenizer's pre-tokenizer regex; `nfc` adds the
+    NFC normalizer some tokenizers train under."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE())
+    if nfc:
+        bpe.normalizer = normalizers.NFC()
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(split_pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    trainer = trainers.BpeTrainer(vocab_size=size, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(lines, trainer=trainer)
+    learned = json.loads(bpe.to_str())["model"]["merges"]
+    vocab = {char: i for i, char in enumerate(_bytes_to_unicode().values())}
+    merges = []
+    for left, right in (tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned):
+        if left + right not in vocab:
+            vocab[left + right] = len(vocab)
+            merges.append(f"{left} {right}")
+    return vocab, merges
 
 
 def _bytes_to_unicode() -> dict[int, str]:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from trainer_core.base.atomic import atomic_path, atomic_write_json, atomic_write_text
-from trainer_core.demo.fixtures import _bytes_to_unicode, demo_prompts
+from trainer_core.demo.fixtures import demo_prompts, train_byte_bpe
 from trainer_core.packs.ming_image.ling import THINKER_PREFIX, LingConfig, LingThinker
 from trainer_core.packs.ming_image.template import (IMAGE_END, IMAGE_PATCH, IMAGE_START, SUFFIX, SYSTEM_PREFIX,
                                                     check_template)
@@ -75,22 +75,7 @@ def _training_lines(n: int = 300) -> list[str]:
 
 def _trained_vocab() -> tuple[dict[str, int], list[str]]:
     """(vocab of VOCAB_SIZE ids, merges): bytes, learned merges, the specials at their ids, fillers."""
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
-
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LING_SPLIT_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    trainer = trainers.BpeTrainer(vocab_size=_BPE_SIZE, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    bpe.train_from_iterator(_training_lines(), trainer=trainer)
-    learned = json.loads(bpe.to_str())["model"]["merges"]
-    vocab = {char: i for i, char in enumerate(_bytes_to_unicode().values())}
-    merges = []
-    for left, right in (tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned):
-        if left + right not in vocab:
-            vocab[left + right] = len(vocab)
-            merges.append(f"{left} {right}")
+    vocab, merges = train_byte_bpe(_training_lines(), LING_SPLIT_PATTERN, _BPE_SIZE)
     specials = {i: name for name, i in SPECIAL_IDS.items()}
     # added tokens take the id the model's vocabulary gives them, so every id has an entry: the
     # specials by name, the rest fillers that no merge produces

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from trainer_core.base.atomic import atomic_write_json, atomic_write_text
-from trainer_core.demo.fixtures import _bytes_to_unicode, demo_prompts
+from trainer_core.demo.fixtures import demo_prompts, train_byte_bpe
 from trainer_core.packs.qwen35_bridge.template import (FIRST_SPECIAL_ID, NEWLINE, PREFIX, SPECIAL_TOKENS, SUFFIX,
                                                        check_template)
 
@@ -68,24 +68,7 @@ def _byte_level_json(vocab: dict[str, int], merges: list[str]) -> dict:
 def _trained_bpe() -> tuple[dict[str, int], list[str]]:
     """(vocab, merges): the 256 byte tokens at ids 0 … 255 in GPT-2 order, one id per merge in the
     order the trainer learned them, unreachable fillers up to 248043."""
-    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
-
-    bpe = Tokenizer(models.BPE())
-    bpe.normalizer = normalizers.NFC()
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN35_SPLIT_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    trainer = trainers.BpeTrainer(vocab_size=_BPE_SIZE, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    bpe.train_from_iterator(_training_lines(), trainer=trainer)
-    learned = json.loads(bpe.to_str())["model"]["merges"]
-    pairs = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned]
-    vocab = {char: i for i, char in enumerate(_bytes_to_unicode().values())}
-    merges = []
-    for left, right in pairs:
-        if left + right not in vocab:
-            vocab[left + right] = len(vocab)
-            merges.append(f"{left} {right}")
+    vocab, merges = train_byte_bpe(_training_lines(), QWEN35_SPLIT_PATTERN, _BPE_SIZE, nfc=True)
     # tokenizers numbers added tokens from the model's vocabulary size, so the ids up to the first
     # special are filled with entries no merge can produce (llama.cpp's names for unused ids)
     vocab.update({f"[PAD{i}]": i for i in range(len(vocab), FIRST_SPECIAL_ID)})
