@@ -129,3 +129,22 @@ def resampler_blocks(w: dict[str, np.ndarray], q: np.ndarray, kv: np.ndarray) ->
         y = _linear(w, f"{b}.mlp.0", _layer_norm(w, f"{b}.ln_mlp", q))
         q = q + _linear(w, f"{b}.mlp.2", 0.5 * y * (1.0 + _erf(y / math.sqrt(2.0))))
     return _layer_norm(w, "ln_out", q)
+
+
+def ming_forward(w, h, seed_ids, vis=None, image_start=-1):
+    """The engine's MingAdapter::forward, batch 1, no masks, float64: [pad(cap) ; dir] [n_cap + P, out_dim]."""
+    P = len(seed_ids)
+    kv = _linear(w, "in_proj", np.asarray(h, np.float64))
+    q_slot = w["slot_query"][:P] + _linear(w, "seed_proj", w["seed_embed.weight"][np.asarray(seed_ids)])
+    if vis is not None:
+        vis = np.asarray(vis, np.float64)
+        kv = np.concatenate([kv, _linear(w, "vis_in", vis)])
+        vis_slot = np.zeros((P, vis.shape[1]))
+        vis_slot[image_start:image_start + len(vis)] = vis
+        q_slot = q_slot + _linear(w, "vis_q", vis_slot)
+    q = resampler_blocks(w, np.concatenate([w["cap_query"], q_slot]), kv)
+    n_cap = w["cap_query"].shape[0]
+    cap = _linear(w, "out_cap", q[:n_cap])
+    out_dim = w["out_proj.weight"].shape[0]
+    cap = np.concatenate([cap, np.zeros((n_cap, out_dim - cap.shape[1]))], 1)
+    return np.concatenate([cap, _linear(w, "out_proj", q[n_cap:])])

@@ -220,6 +220,9 @@ def test_export_checkpoint_folds_the_bank_stats_and_writes_the_pack_arrays(tmp_p
                 raise ModelFileError("The teacher's tokenizer.json is missing; download the teacher.")
             return ARRAYS
 
+        def export_tensors(self, project):
+            return {}
+
     project = SimpleNamespace(pack=Pack(id="qwen35_bridge", missing=False), settings=SimpleNamespace(name="pig_b"))
     path = export_checkpoint(project, ck, tmp_path / "out.gguf", "best", snapshot=False)
     same = write_adapter_gguf(tmp_path / "same.gguf", model, c, name="pig_b", pack="qwen35_bridge",
@@ -377,7 +380,7 @@ def test_infer_bad_vis_pos(args, message, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("variant, ids, args, message", [
-    ("caption", None, [], "pass the template's ids with --seed-ids"),
+    ("caption", None, [], "pass the Qwen3.5 ids of the MOSS template with --seed-ids"),
     ("caption", [1, 2, SEED_VOCAB], [], f"--seed-ids holds the id {SEED_VOCAB}, outside the adapter's seed table (0..299)"),
     ("caption", list(range(MAX_SLOTS + 1)), [], f"--seed-ids has {MAX_SLOTS + 1} ids but this adapter takes 1 to {MAX_SLOTS}"),
     ("caption", [1, "x"], [], '(--seed-ids) holds "x", which is not a token id'),
@@ -403,6 +406,6 @@ def test_bridge_options_on_another_kind(tmp_path, capsys):
     (tmp_path / "ids.txt").write_text("1\n2\n")
     code, _, err = infer(capsys, "--adapter", str(path), "--hidden", str(tmp_path / "h.bin"),
                          "--seed-ids", str(tmp_path / "ids.txt"))
-    assert code == 2 and "--seed-ids is only for Qwen3.5 bridge adapters; this one is a resampler" in err
+    assert code == 2 and "--seed-ids is only for Qwen3.5 bridge and Ming adapters; this one is a resampler" in err
     code, _, err = infer(capsys, "--adapter", str(path), "--hidden", str(tmp_path / "h.bin"), "--bank")
-    assert code == 2 and "--bank is only for Qwen3.5 bridge adapters" in err
+    assert code == 2 and "--bank is only for Qwen3.5 bridge and Ming adapters" in err

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bridge_numpy import _linear, gguf_tensors, resampler_blocks
+from bridge_numpy import gguf_tensors, ming_forward
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.adapter import AdapterConfig, build_adapter, expected_tensor_count
 from trainer_core.contract.adapter_layout import detect_layout
@@ -40,25 +40,6 @@ def write(path, model, cfg, **kwargs):
                 bank_mu=cap_mu, bank_sigma=cap_sigma, extra={"tokenizer_json": tokenizer_tensor()})
     write_adapter_gguf(path, model, cfg, **{**args, **kwargs})
     return (mu, sigma), (cap_mu, cap_sigma)
-
-
-def ming_forward(w, h, seed_ids, vis=None, image_start=-1):
-    """The engine's MingAdapter::forward, batch 1, no masks, float64: [pad(cap) ; dir] [n_cap + P, out_dim]."""
-    P = len(seed_ids)
-    kv = _linear(w, "in_proj", np.asarray(h, np.float64))
-    q_slot = w["slot_query"][:P] + _linear(w, "seed_proj", w["seed_embed.weight"][np.asarray(seed_ids)])
-    if vis is not None:
-        vis = np.asarray(vis, np.float64)
-        kv = np.concatenate([kv, _linear(w, "vis_in", vis)])
-        vis_slot = np.zeros((P, vis.shape[1]))
-        vis_slot[image_start:image_start + len(vis)] = vis
-        q_slot = q_slot + _linear(w, "vis_q", vis_slot)
-    q = resampler_blocks(w, np.concatenate([w["cap_query"], q_slot]), kv)
-    n_cap = w["cap_query"].shape[0]
-    cap = _linear(w, "out_cap", q[:n_cap])
-    out_dim = w["out_proj.weight"].shape[0]
-    cap = np.concatenate([cap, np.zeros((n_cap, out_dim - cap.shape[1]))], 1)
-    return np.concatenate([cap, _linear(w, "out_proj", q[n_cap:])])
 
 
 def test_the_file_has_the_engine_names_dtypes_kvs_and_the_tokenizer_bytes(tmp_path):

@@ -170,13 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--t5-ids", metavar="FILE", help="seeded adapters: .npy or t5_ids.txt (one id a line)")
     infer.add_argument("--vis", metavar="FILE",
                        help="vision adapters: raw vision rows (.npy or raw f32); token-aligned: dense, one per "
-                            "student row; Qwen3.5 bridge: every reference's rows in image order (with --vis-pos)")
+                            "student row; Qwen3.5 bridge: every reference's rows in image order (with --vis-pos); "
+                            "Ming: the input image's Ling vision rows (with --vis-pos)")
     infer.add_argument("--seed-ids", metavar="FILE",
-                       help="Qwen3.5 bridge: the MOSS template's Qwen3.5 ids, one slot each (.npy or seed_ids.txt)")
+                       help="Qwen3.5 bridge: the MOSS template's Qwen3.5 ids; Ming: the Ming template's Ling ids; one "
+                            "slot each (.npy or seed_ids.txt)")
     infer.add_argument("--vis-pos", metavar="S:N[,S:N...]",
-                       help="Qwen3.5 bridge: first slot and slot count of each reference's run, in image order")
+                       help="Qwen3.5 bridge and Ming: first slot and slot count of each reference's run, in image "
+                            "order (Ming: one run)")
     infer.add_argument("--bank", action="store_true",
-                       help="Qwen3.5 bridge: the FLUX.3 Klein bank rows instead of the MOSS slot rows")
+                       help="Qwen3.5 bridge: the FLUX.3 Klein bank rows instead of the MOSS slot rows; Ming: the "
+                            "caption rows alone, cap_dim wide")
     infer.add_argument("--out", metavar="OUT", help="write the rows: .npy, or raw f32 for any other suffix")
     infer.add_argument("--compare", metavar="REF", help="reference rows (.npy or raw f32, e.g. adapter_out.bin)")
     infer.add_argument("--json", action="store_true")

@@ -150,16 +150,22 @@ def cmd_infer(args: argparse.Namespace) -> int:
     seed_ids = read_ids(args.seed_ids, "--seed-ids") if args.seed_ids else None
     vis_pos = parse_vis_pos(args.vis_pos) if args.vis_pos else None
     vis = read_rows(args.vis, c.vis_dim, "--vis") if args.vis else None
+    if c.kind == "ming_image" and seed_ids is None and args.prompt is not None:
+        from trainer_core.infer import ming_seed_ids                    # the engine's ids, from the file's tokenizer
+        seed_ids, start = ming_seed_ids(args.adapter, args.prompt, 0 if vis is None else vis.shape[0])
+        if vis is not None and vis_pos is None:
+            vis_pos = [(start, vis.shape[0])]
     rows = run_adapter(adapter, hidden, t5_ids, vis, seed_ids=seed_ids, vis_pos=vis_pos, bank=args.bank)
     result: dict[str, Any] = {"adapter": str(adapter.path), "variant": c.kind, "input_rows": int(hidden.shape[0]),
                               "output_shape": list(rows.shape)}
     if c.bridge:
-        result["head"] = "bank" if args.bank else "slots"
+        result["head"] = ("caption" if args.bank else "caption+direct") if c.kind == "ming_image" else \
+            ("bank" if args.bank else "slots")
     if args.out:
         save_rows(args.out, rows)
         result["out"] = args.out
     if args.compare:
-        cmp = compare_rows(rows, read_rows(args.compare, c.bank_dim if args.bank else c.out_dim, "--compare"))
+        cmp = compare_rows(rows, read_rows(args.compare, rows.shape[1], "--compare"))
         result.update(compare=args.compare, rows_compared=cmp.rows, first_row=cmp.first_row, cos=cmp.cos,
                       cos_centered=cmp.cos_centered, rel_mse=cmp.rel_mse, verdict=health_verdict(cmp.cos_centered))
     if args.json:

@@ -8,6 +8,10 @@ compare the rows with the engine's adapter_out.bin or a teacher context.bin.
 The Qwen3.5 bridge takes more: the Qwen3.5 ids of its MOSS template (one slot each), the raw
 vision embeds of the references with the slots each reference's run starts at, and which head
 to read — the slot rows MOSS-Image receives, or with `bank` the FLUX.3 Klein bank rows.
+A Ming adapter takes the Ling ids of the Ming template (one slot each) and, for an input image,
+its Ling vision rows (pig_ming_vision's output) with the slot its `<imagePatch>` run starts at;
+it returns what the engine hands the DiT, [n_cap + P, out_dim]: the 256 caption rows zero-padded
+to out_dim, then one direct row per slot (with `bank`, the caption rows alone at cap_dim).
 """
 from __future__ import annotations
 
@@ -20,12 +24,12 @@ import torch
 
 from trainer_core.base.atomic import atomic_write_bytes
 from trainer_core.base.errors import ModelFileError, UsageError
-from trainer_core.contract.adapter import AdapterConfig
+from trainer_core.contract.adapter import MING, AdapterConfig
 from trainer_core.contract.bridge import BANK_PREFIX, BANK_SUFFIX, bank_length
 from trainer_core.contract.gguf_io import AdapterFile
 
-__all__ = ["read_rows", "read_ids", "parse_vis_pos", "bridge_inputs", "run_adapter", "compare_rows", "Comparison",
-           "save_rows"]
+__all__ = ["read_rows", "read_ids", "parse_vis_pos", "ming_seed_ids", "bridge_inputs", "run_adapter", "compare_rows",
+           "Comparison", "save_rows"]
 
 
 def read_rows(path: str | os.PathLike, width: int, what: str) -> np.ndarray:
@@ -89,19 +93,44 @@ def parse_vis_pos(text: str) -> list[tuple[int, int]]:
     return runs
 
 
+def ming_seed_ids(path: str | os.PathLike, prompt: str, n_image: int = 0) -> tuple[list[int], int]:
+    """(the Ling ids of the Ming template around `prompt`, the first <imagePatch> slot or −1), tokenized
+    with the tokenizer the adapter file carries, as the engine does."""
+    import gguf
+    from tokenizers import Tokenizer
+
+    from trainer_core.contract.adapter_layout import TOKENIZER_JSON
+    from trainer_core.packs.ming_image.template import build_prompt_ids, encoder
+    reader = gguf.GGUFReader(str(path))
+    found = [t for t in reader.tensors if t.name == TOKENIZER_JSON]
+    if not found:
+        raise ModelFileError(f"{path} carries no {TOKENIZER_JSON}, so the Ming template cannot be tokenized from "
+                             "it; pass the ids with --seed-ids or export the adapter again.")
+    data = np.asarray(found[0].data, np.float32).astype(np.uint8).tobytes()
+    try:
+        tokenizer = Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:  # noqa: BLE001 - bad UTF-8, or the tokenizers library's own error type
+        raise ModelFileError(f"the {TOKENIZER_JSON} tensor of {path} is not a tokenizer.json ({e}); export the "
+                             "adapter again.") from None
+    return build_prompt_ids(encoder(tokenizer), prompt, n_image)
+
+
 def bridge_inputs(c: AdapterConfig, hidden: np.ndarray, seed_ids: list[int] | None, vis: np.ndarray | None,
                   vis_pos: list[tuple[int, int]] | None, bank: bool) -> dict[str, torch.Tensor]:
     """The Bridge's keyword inputs for one sample, batch 1, as the engine builds them: seed_ids [1, P];
     vis_slot [1, P, vis] (reference k's rows under slots S_k … S_k + N_k − 1, zeros elsewhere) and
     vis_kv [1, V, vis] (every row, in image order); for the FLUX.3 bank of a prompt-aligned adapter,
     bank_hidden [1, n_bank, in] with row 3 + i = student row i, zeros elsewhere."""
+    ming = c.kind == MING
     if seed_ids is None:
-        raise UsageError("This adapter seeds one slot per Qwen3.5 template token: pass the template's ids with "
-                         "--seed-ids (the engine's seed_ids.txt or a .npy).")
+        which = "Ling ids of the Ming template" if ming else "Qwen3.5 ids of the MOSS template"
+        raise UsageError(f"This adapter seeds one slot per template token: pass the {which} with --seed-ids "
+                         "(seed_ids.txt, one id a line, or a .npy).")
     P = len(seed_ids)
     if not 1 <= P <= c.max_slots:
-        raise UsageError(f"--seed-ids has {P} ids but this adapter takes 1 to {c.max_slots}; a longer template "
-                         f"needs smaller references (the engine's vlm_max_size=512).")
+        why = ("a longer prompt does not fit this adapter (train it with a larger train.max_slots)" if ming else
+               "a longer template needs smaller references (the engine's vlm_max_size=512)")
+        raise UsageError(f"--seed-ids has {P} ids but this adapter takes 1 to {c.max_slots}; {why}.")
     if min(seed_ids) < 0 or max(seed_ids) >= c.seed_vocab:
         bad = next(i for i in seed_ids if not 0 <= i < c.seed_vocab)
         raise UsageError(f"--seed-ids holds the id {bad}, outside the adapter's seed table (0..{c.seed_vocab - 1}).")
@@ -109,6 +138,9 @@ def bridge_inputs(c: AdapterConfig, hidden: np.ndarray, seed_ids: list[int] | No
         raise UsageError("--vis and --vis-pos go together: the raw vision rows of every reference, and the slot "
                          "start and count of each reference's run (S:N,…).")
     out = {"seed_ids": torch.tensor([seed_ids])}
+    if ming and vis_pos is not None and len(vis_pos) > 1:
+        raise UsageError(f"--vis-pos names {len(vis_pos)} runs but Ming conditions on one input image; give its "
+                         "single run (START:COUNT).")
     if vis is not None and vis_pos is not None:
         if sum(n for _, n in vis_pos) != vis.shape[0]:
             raise UsageError(f"--vis-pos places {sum(n for _, n in vis_pos)} vision rows but --vis holds "
@@ -125,6 +157,8 @@ def bridge_inputs(c: AdapterConfig, hidden: np.ndarray, seed_ids: list[int] | No
             vis_slot[start:start + count] = vis[row:row + count]
             row, end = row + count, start + count
         out.update(vis_slot=torch.from_numpy(vis_slot)[None], vis_kv=torch.from_numpy(vis)[None])
+    if bank and ming:
+        return out
     if bank and not c.n_bank:
         raise UsageError("--bank reads the FLUX.3 Klein bank, and this adapter has none (FLUX.3 refuses it).")
     if bank and c.bank_align:
@@ -144,7 +178,8 @@ def run_adapter(adapter: AdapterFile, hidden: np.ndarray, t5_ids: list[int] | No
     reference for the bridge (placed by `vis_pos`). The bridge returns its slot rows [P, out_dim]
     (MOSS-Image; the bank runs without the student's rows), or with `bank` the Klein bank rows the
     engine hands FLUX.3: all n_bank of a caption bank, the first min(n_bank, ceil80(3 + L + 5)) of a
-    prompt-aligned one (L = the student's rows, the raw prompt's tokens)."""
+    prompt-aligned one (L = the student's rows, the raw prompt's tokens). Ming returns the engine's
+    [pad(caption rows, out_dim) ; direct rows], or with `bank` the caption rows [n_cap, cap_dim]."""
     c = adapter.config
     h = torch.from_numpy(hidden).unsqueeze(0)                                  # [1, L, in]
     if c.bridge:
@@ -153,13 +188,19 @@ def run_adapter(adapter: AdapterFile, hidden: np.ndarray, t5_ids: list[int] | No
         kwargs = bridge_inputs(c, hidden, seed_ids, vis, vis_pos, bank)
         with torch.no_grad():
             bank_rows, slot_rows = adapter.model(h, None, **kwargs)           # [1, n_bank, bank_dim], [1, P, out]
+        if c.kind == MING:
+            cap = bank_rows[0].numpy()
+            if bank:
+                return cap
+            pad = np.zeros((cap.shape[0], c.out_dim - cap.shape[1]), cap.dtype)
+            return np.concatenate([np.concatenate([cap, pad], 1), slot_rows[0].numpy()])
         if not bank:
             return slot_rows[0].numpy()
         keep = bank_length(BANK_PREFIX + hidden.shape[0] + BANK_SUFFIX, c.n_bank) if c.bank_align else c.n_bank
         return bank_rows[0, :keep].numpy()
     for given, option in ((seed_ids, "--seed-ids"), (vis_pos, "--vis-pos"), (bank or None, "--bank")):
         if given is not None:
-            raise UsageError(f"{option} is only for Qwen3.5 bridge adapters; this one is a {c.kind}.")
+            raise UsageError(f"{option} is only for Qwen3.5 bridge and Ming adapters; this one is a {c.kind}.")
     kwargs = {}
     if c.kind == "seeded_resampler":
         if t5_ids is None:

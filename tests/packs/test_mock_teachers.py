@@ -38,3 +38,27 @@ def test_token_teacher_is_causal_and_deterministic():
     (changed,) = t.forward_tokens([[5, 9, 14, 2]])
     torch.testing.assert_close(changed[:2], full[:2])
     assert not torch.allclose(changed[2:], full[2:])
+
+
+def test_ming_mock_teacher_rows_are_deterministic_and_follow_the_prompt_and_image():
+    import numpy as np
+    import pytest
+
+    from trainer_core.packs.ming_image.teacher import MockMingTeacher
+    from trainer_core.packs.ming_image.template import FACTOR, build_prompt_ids
+    a, b = MockMingTeacher(48, 40, 24), MockMingTeacher(48, 40, 24)
+    image = np.random.default_rng(1).random((2 * FACTOR, 3 * FACTOR, 3)).astype(np.float32)
+    (rows,) = a.encode_images([image])
+    assert rows.shape == (6, 24) and rows.dtype == torch.bfloat16
+    torch.testing.assert_close(rows.float().norm(dim=-1), torch.ones(6), rtol=1e-2, atol=0)
+    plain, _ = build_prompt_ids(a.encode, "a sheep in sunglasses")
+    edit, start = build_prompt_ids(a.encode, "make it night", 6)
+    cap, direct = a.targets([(plain, -1, None, None), (edit, start, rows, (2, 3))])
+    assert cap.shape == (2, 256, 40) and [d.shape for d in direct] == [(len(plain), 48), (len(edit), 48)]
+    cap2, direct2 = b.targets([(edit, start, rows, (2, 3))])
+    assert torch.equal(cap2[0], cap[1]) and torch.equal(direct2[0], direct[1])      # per prompt, not per batch
+    bare, _ = b.targets([(edit, start, None, None)])
+    assert not torch.allclose(bare[0], cap[1])                                      # the image moves the caption rows
+    assert not torch.allclose(cap[0], cap[1]) and not torch.allclose(cap[0, 0], cap[0, 1])
+    with pytest.raises(ValueError, match="imagePatch"):
+        a.targets([(edit, start + 1, rows, (2, 3))])                                # rows off their run

@@ -442,6 +442,35 @@ def test_plan_drops_an_undecodable_image_and_draws_the_next():
     assert (plan.counts["single"], plan.counts["two"], plan.counts["val_image"]) == (30, 5, 4)
 
 
+def test_layer_prompts_replace_single_image_samples_and_leave_the_rest_alone():
+    """n_layer / n_val_layer single-image samples take the pack's layer instruction over one of their
+    image's captions; pairs, text samples and the images chosen stay as they were; at 0 nothing is
+    drawn, so every other pack's corpus is unchanged."""
+    import dataclasses
+
+    from trainer_core.base.config import CorpusSettings
+    from trainer_core.packs.ming_image import PACK as MING
+    from trainer_core.packs.ming_image.template import layer_count
+    entries = [ImageEntry("s", f"{i}.png", (f"a dog number {i}",)) for i in range(40)]
+    texts = [f"text {i}" for i in range(30)]
+    c = CorpusSettings(n_image=20, n_two=4, n_text=6, n_val_image=6, n_val_text=3, seed=3)
+    plain = plan_corpus(entries, texts, c)
+    assert plan_corpus(entries, texts, c, layer_prompt=MING.layer_prompt) == plain
+    layered = plan_corpus(entries, texts, dataclasses.replace(c, n_layer=5, n_val_layer=2),
+                          layer_prompt=MING.layer_prompt)
+    assert (layered.counts["layer"], layered.counts["val_layer"]) == (5, 2)
+    for before, after in ((plain.train, layered.train), (plain.val, layered.val)):
+        assert [s.images for s in before] == [s.images for s in after]
+        changed = [(b, a) for b, a in zip(before, after) if b.text != a.text]
+        for b, a in changed:
+            assert len(a.images) == 1 and 2 <= layer_count(a.text) <= 8
+            assert f"a dog number {a.images[0]}" in a.text          # a caption of that sample's image
+    assert sum(b.text != a.text for b, a in zip(plain.train, layered.train)) == 5
+    assert sum(b.text != a.text for b, a in zip(plain.val, layered.val)) == 2
+    with pytest.raises(CorpusError, match="n_layer"):
+        plan_corpus(entries, texts, dataclasses.replace(c, n_layer=1))
+
+
 # ---------------------------------------------------------------- skipping and errors
 
 def test_existing_files_skip_the_stage(tmp_path):

@@ -77,6 +77,9 @@ class CorpusSettings:
     two_image_max_area: int = _setting(262144, _count())
     n_klein: int = _setting(0, _count(0), "training samples (image and text alike) that also get a FLUX.3 Klein target")
     n_val_klein: int = _setting(0, _count(0), "validation samples with a FLUX.3 Klein target")
+    n_layer: int = _setting(0, _count(0), "training image samples whose instruction asks for a layer decomposition "
+                                          "(Ming-Image-Layer: \"Decompose this image into N layers\")")
+    n_val_layer: int = _setting(0, _count(0), "validation image samples with a layer-decomposition instruction")
 
 
 @dataclass
@@ -141,6 +144,9 @@ class ExportSettings:
     output_dir: str = _setting("", _text, "empty = the folder that holds the project folder")
     copy_to: str = _setting("", _text, "optional second destination, e.g. your ggk model folder")
     export_sigvq: bool = _setting(True, _boolean)
+    export_vision: bool = _setting(True, _boolean, "also write the teacher's vision tower as a GGUF for editing "
+                                                   "(Ming: pig_ming_vision)")
+    vision_quant: str = _setting("f16", _choice("f16", "q8_0"), "the vision GGUF's weights")
     run_eval: bool = _setting(True, _boolean)
 
 

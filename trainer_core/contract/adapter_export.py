@@ -2,9 +2,9 @@
 
 Used by the export stage (best.pt → <name>-f16.gguf), by snapshots (last / best / a kept step
 → <name>-step<N>-f16.gguf) and by the evaluation (the checkpoint's own output, for the
-round trip). The same checkpoint always gives the same bytes. The pack adds its KVs and its
-string arrays (the bridge's vocabulary; a pack that cannot provide them raises before anything
-is written).
+round trip). The same checkpoint always gives the same bytes. The pack adds its KVs, its
+string arrays (the Qwen3.5 bridge's vocabulary) and its top-level tensors (Ming's tokenizer_json);
+a pack that cannot provide them raises before anything is written.
 """
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ def export_checkpoint(project: Project, ck: dict[str, Any], out: Path, checkpoin
                                   f"(mu_bank, sigma_bank); train it again with this version.")
         fold.update(bank_mu=ck["mu_bank"].float(), bank_sigma=ck["sigma_bank"].float())
     return write_adapter_gguf(out, model, config, name=project.settings.name, pack=pack.id,
-                              provenance=provenance, pack_kvs=pack_kvs, arrays=pack.export_arrays(project), **fold)
+                              provenance=provenance, pack_kvs=pack_kvs, arrays=pack.export_arrays(project),
+                              extra=pack.export_tensors(project), **fold)
 
 
 def copy_export(src: Path, folder: str) -> Path:

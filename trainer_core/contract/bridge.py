@@ -1,4 +1,5 @@
-"""The Qwen3.5 bridge's training data, forward, loss and metrics (adapter kind `qwen35_bridge`).
+"""The seeded-slot bridges' training data, forward, loss and metrics (adapter kinds `qwen35_bridge`
+and `ming_image`).
 
 A sample is a raw prompt (the student's rows), the Qwen3.5 ids of its MOSS template (one slot
 each, with the teacher's last hidden state as the target), the raw vision embeds of its references
@@ -17,6 +18,12 @@ The engine runs the slot (MOSS) head with the bank rows = bank_query alone, and 
 rows into the bank only on FLUX.3 (bank_in). So a step runs every sample without bank_hidden (slot
 loss) and, in the same forward, a copy of each Klein sample with it (bank loss): the MOSS head is
 trained exactly as the engine runs it (packs-contract-more Part F §5).
+
+Ming-Image (kind `ming_image`) uses the same parts with its caption bank: every sample has a bank
+target (its 256 caption rows, b_pack, bank_rows = bank_real = n_cap, no `klein` key), there is no
+bank_hidden (the engine never feeds student rows into the caption bank), and the bank rows scored are
+the plain bank rows of every sample. Its slots are one per Ling prompt token (the direct rows).
+The heads are named "moss" / "klein" for the Qwen3.5 bridge and "dir" / "cap" for Ming (HEADS).
 """
 from __future__ import annotations
 
@@ -26,13 +33,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from trainer_core.contract.adapter import BRIDGE, MING
 from trainer_core.contract.losses import PooledMean, distill_loss, rel_mse, row_cos, row_cos_and_rms, standardize
 
-__all__ = ["BANK_PREFIX", "BANK_SUFFIX", "BridgeParts", "bank_length", "bridge_forward",
+__all__ = ["BANK_PREFIX", "BANK_SUFFIX", "HEADS", "BridgeParts", "bank_length", "bridge_forward",
            "bridge_loss", "BridgeMetrics"]
 
 BANK_PREFIX, BANK_SUFFIX = 3, 5          # the Klein template's ids before and after the prompt's body
 _ALIGN = 80
+# (slot head, bank head) by kind: the names of the val_cos splits and of the eval metrics' suffixes
+HEADS = {BRIDGE: ("moss", "klein"), MING: ("dir", "cap")}
 
 
 def bank_length(n_real: int, n_bank: int) -> int:
@@ -47,8 +57,8 @@ class BridgeParts:
     vis_slot: Tensor                 # [B, P, vis] raw vision embed under each image slot, zeros elsewhere
     vis_kv: Tensor                   # [B, V, vis] every raw vision embed of the sample, in image order
     vis_keep: Tensor                 # [B, V] bool
-    klein: Tensor                    # [B] bool: the sample has a Klein target
-    bank_hidden: Tensor | None = None   # [K, n_bank, in] row 3 + i = the student's row i (i < body)
+    klein: Tensor                    # [B] bool: the sample has a bank target (Klein; every Ming sample)
+    bank_hidden: Tensor | None = None   # [K, n_bank, in] row 3 + i = the student's row i (i < body); Ming: None
     bank_target: Tensor | None = None   # [K, n_bank, bank_dim]
     bank_mask: Tensor | None = None     # [K, n_bank] bool: the n80 rows the DiT receives
 
@@ -76,9 +86,10 @@ class BridgeParts:
 
 def bridge_forward(model: torch.nn.Module, batch: Any) -> tuple[Tensor, Tensor, Tensor | None]:
     """(slot rows [B, P, out], bank rows of every sample without bank_hidden [B, n_bank, bank_dim] or
-    None, bank rows of the Klein samples with it [K, n_bank, bank_dim] or None) in ONE forward: the Klein
-    samples run a second time, as a copy with their student rows in the bank (bank_in has no bias, so
-    zeros there are exactly the engine's MOSS path)."""
+    None, the bank rows scored against the bank targets [K, n_bank, bank_dim] or None) in ONE forward.
+    Qwen3.5 bridge: the Klein samples run a second time, as a copy with their student rows in the bank
+    (bank_in has no bias, so zeros there are exactly the engine's MOSS path), and that copy is scored.
+    Ming: no bank_hidden, every sample has a caption target, and its plain bank rows are scored."""
     parts: BridgeParts = batch.bridge
     h, mask, seed, tmask = batch.h, batch.mask, batch.seed_ids, batch.tmask
     vis_slot, vis_kv, vis_keep = parts.vis_slot, parts.vis_kv, parts.vis_keep
@@ -96,7 +107,12 @@ def bridge_forward(model: torch.nn.Module, batch: Any) -> tuple[Tensor, Tensor, 
                         vis_keep=vis_keep, bank_hidden=bank_hidden)
     if bank is None:
         return slots[:B], None, None
-    return slots[:B], bank[:B], (bank[B:] if aligned else None)
+    if aligned:
+        return slots[:B], bank[:B], bank[B:]
+    # no student rows in the bank: the scored rows are the plain ones of the samples with a target (Ming: all)
+    target = parts.bank_target
+    scored = None if target is None else bank[:B] if target.shape[0] == B else bank[:B][parts.klein]
+    return slots[:B], bank[:B], scored
 
 
 def bridge_loss(batch: Any, outputs: tuple[Tensor, Tensor | None, Tensor | None], mu: Tensor, sigma: Tensor,
@@ -121,17 +137,19 @@ def bridge_loss(batch: Any, outputs: tuple[Tensor, Tensor | None, Tensor | None]
 
 
 class BridgeMetrics:
-    """The evaluation of the GGUF (teacher scale): slot (MOSS) metrics over the real slots; Klein metrics
-    over the n80 bank rows of batches with Klein samples; the pooled ones are their means (MOSS alone
-    without Klein batches). μ for centring: the slot head's μ and the bank's."""
+    """The evaluation of the GGUF (teacher scale): slot metrics over the real slots (MOSS rows; Ming's
+    direct rows); bank metrics over the bank rows scored (the n80 rows of the Klein samples; Ming's 256
+    caption rows of every sample); the pooled ones are their means (the slot head alone without bank
+    batches). μ for centring: the slot head's μ and the bank's. `heads` names the two (HEADS)."""
 
     _NAMES = ("cos_centered", "cos_rms", "cos_raw", "rel_mse", "roundtrip_cos")
 
-    def __init__(self, mu: Tensor, bank_mu: Tensor | None) -> None:
+    def __init__(self, mu: Tensor, bank_mu: Tensor | None, heads: tuple[str, str] = HEADS[BRIDGE]) -> None:
         self.mu, self.bank_mu = mu.double(), None if bank_mu is None else bank_mu.double()
-        self.means = {f"{n}_{head}": PooledMean() for n in self._NAMES for head in ("moss", "klein")}
+        self.heads = heads
+        self.means = {f"{n}_{head}": PooledMean() for n in self._NAMES for head in heads}
         self.worst: float | None = None
-        self.batches = self.klein_batches = 0
+        self.batches = self.bank_batches = 0
 
     def _update(self, head: str, pred: Tensor, target: Tensor, where: Tensor, mu: Tensor,
                 pred_ck: Tensor | None) -> Tensor:
@@ -152,11 +170,13 @@ class BridgeMetrics:
                ck_outputs: tuple[Tensor, Tensor | None, Tensor | None] | None = None) -> None:
         slots, _, bank = outputs
         ck_slots, _, ck_bank = ck_outputs or (None, None, None)
-        rows = self._update("moss", slots, batch.target, batch.tmask, self.mu, ck_slots)
+        slot_head, bank_head = self.heads
+        rows = self._update(slot_head, slots, batch.target, batch.tmask, self.mu, ck_slots)
         if bank is not None and self.bank_mu is not None and bank.shape[0]:
             b = batch.bridge
-            rows = torch.cat([rows, self._update("klein", bank, b.bank_target, b.bank_mask, self.bank_mu, ck_bank)])
-            self.klein_batches += 1
+            rows = torch.cat([rows, self._update(bank_head, bank, b.bank_target, b.bank_mask, self.bank_mu,
+                                                 ck_bank)])
+            self.bank_batches += 1
         low = float(rows.min()) if rows.numel() else None
         if low is not None:
             self.worst = low if self.worst is None else min(self.worst, low)
@@ -165,14 +185,14 @@ class BridgeMetrics:
     def result(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {}
         for name in self._NAMES:
-            moss, klein = self.means[f"{name}_moss"].value, self.means[f"{name}_klein"].value
-            for head, value in (("moss", moss), ("klein", klein)):
+            values = [(head, self.means[f"{name}_{head}"].value) for head in self.heads]
+            for head, value in values:
                 if value is not None and name != "roundtrip_cos":
                     out[f"{name}_{head}"] = value
-            both = [v for v in (moss, klein) if v is not None]
+            both = [v for _, v in values if v is not None]
             if both:
                 out[name] = sum(both) / len(both)
         if self.worst is not None:
             out["worst_row_cos_rms"] = self.worst
-        out["val_batches"], out["klein_batches"] = self.batches, self.klein_batches
+        out["val_batches"], out[f"{self.heads[1]}_batches"] = self.batches, self.bank_batches
         return out

@@ -173,8 +173,12 @@ def _always(index: int) -> bool:
 
 
 def plan_corpus(entries: Sequence[ImageEntry], texts: Sequence[str], c: CorpusSettings,
-                is_valid: Callable[[int], bool] = _always) -> CorpusPlan:
-    """The samples of both files (see the module docstring for the order of the draws)."""
+                is_valid: Callable[[int], bool] = _always,
+                layer_prompt: Callable[[random.Random, str], str] | None = None) -> CorpusPlan:
+    """The samples of both files (see the module docstring for the order of the draws). With
+    corpus.n_layer / n_val_layer, that many single-image samples of each split take a layer-decomposition
+    instruction over one of their image's captions instead (`layer_prompt`, the pack's: Ming-Image-Layer
+    reads the layer count from the prompt)."""
     if len(entries) <= c.n_val_image + 8:
         raise CorpusError(
             f"The image corpus has {len(entries)} images but needs more than {c.n_val_image + 8} "
@@ -220,11 +224,25 @@ def plan_corpus(entries: Sequence[ImageEntry], texts: Sequence[str], c: CorpusSe
         if n:
             for row in rng.sample(range(len(split)), min(n, len(split))):
                 split[row] = Sample(split[row].text, split[row].images, True)
+    layered = {"val": 0, "train": 0}
+    for name, split, n in (("val", val, c.n_val_layer), ("train", train, c.n_layer)):     # no draw at 0 either
+        if not n:
+            continue
+        if layer_prompt is None:
+            raise CorpusError("corpus.n_layer and corpus.n_val_layer need a pack with layer-decomposition prompts "
+                              "(Ming-Image); set them to 0.")
+        singles_here = [row for row, sample in enumerate(split) if len(sample.images) == 1]
+        for row in rng.sample(singles_here, min(n, len(singles_here))):
+            caps = entries[split[row].images[0]].captions
+            split[row] = Sample(layer_prompt(rng, clean(rng.choice(caps)) if caps else ""), split[row].images,
+                                split[row].klein)
+            layered[name] += 1
     counts = {"single": len(singles), "two": len(pairs), "text": len(train_texts),
               "text_empty": train_texts.count(""), "val_image": len(val_images),
               "val_text": len(val_texts), "val_text_empty": val_texts.count(""),
               "train_empty": sum(1 for s in train if not s.text), "val_empty": sum(1 for s in val if not s.text),
-              "klein": sum(s.klein for s in train), "val_klein": sum(s.klein for s in val)}
+              "klein": sum(s.klein for s in train), "val_klein": sum(s.klein for s in val),
+              "layer": layered["train"], "val_layer": layered["val"]}
     return CorpusPlan(train, val, counts)
 
 
@@ -341,8 +359,9 @@ def build_image_corpus(project: Project, report: Report, should_stop: Callable[[
     report("log", level="info", message=f"text share: {len(texts)} distinct prompts")
     names = image_names(entries)
     check = _ImageCheck()
+    layer_prompt = project.pack.layer_prompt if c.n_layer or c.n_val_layer else None
     while True:
-        plan = plan_corpus(entries, texts, c, check)
+        plan = plan_corpus(entries, texts, c, check, layer_prompt)
         if not check.queued:
             break
         batch, check.queued = sorted(check.queued), set()
@@ -416,4 +435,6 @@ def _report_done(plan: CorpusPlan, check: _ImageCheck, report: Report, train_pat
         f"({n['train_empty']} empty, {n['text_empty']} of them text-only); {val_path.name}: {n['val_image']} image "
         f"and {n['val_text']} text-only samples ({n['val_empty']} empty, {n['val_text_empty']} of them text-only); "
         f"{len(used)} images used ({len(check.written & used)} copied now, the others already in data/images); "
-        f"{check.bad} undecodable images skipped"))
+        f"{check.bad} undecodable images skipped"
+        + (f"; {n['layer']} train and {n['val_layer']} val samples ask for a layer decomposition"
+           if n["layer"] or n["val_layer"] else "")))

@@ -2,7 +2,7 @@
 
     resampler                standardized targets, every row: MSE + cos_weight·(1 − cos)
     token_aligned_layerwise  standardized targets, row weights, per-tap cosine (tap_losses)
-    qwen35_bridge            standardized slot targets + the bank's own standardization (bridge.py)
+    qwen35_bridge, ming_image  standardized slot targets + the bank's own standardization (bridge.py)
     the others               raw targets, MSE whitened by 1/σ_f, the supervised rows only
 
 `ValScore` turns validation batches into the val_* numbers the stage records: val_cos (the
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from trainer_core.contract.adapter import AdapterConfig
-from trainer_core.contract.bridge import bridge_forward, bridge_loss
+from trainer_core.contract.bridge import HEADS, bridge_forward, bridge_loss
 from trainer_core.contract.losses import distill_loss, rel_mse, row_cos, standardize
 from trainer_core.contract.stream import Batch
 from trainer_core.contract.tap_losses import layerwise_loss, tap_cos, weighted_rel_mse
@@ -65,8 +65,9 @@ class ValScore:
     """Means of per-batch val_cos and val_rel_mse over the val set, plus pooled splits of val_cos:
     image packs split vision rows from the others ("vis" / "txt"), or, when only text rows are
     supervised (`by_sample`), samples with images from the others ("edit" / "t2i"); the layerwise
-    kind splits real rows from pads ("tokens" / "pads"); the bridge its slot head from its bank ("moss" /
-    "klein"), and val_cos is their mean when the val set has Klein samples."""
+    kind splits real rows from pads ("tokens" / "pads"); the bridges their slot head from their bank
+    (bridge.HEADS: "moss" / "klein", Ming's "dir" / "cap"), and val_cos is their mean when the val set has
+    bank targets."""
 
     def __init__(self, config: AdapterConfig, mu: torch.Tensor, sigma: torch.Tensor, by_sample: bool = False,
                  bank_stats: tuple[torch.Tensor, torch.Tensor] | None = None):
@@ -109,14 +110,15 @@ class ValScore:
 
     def _add_bridge(self, batch: Batch, pred: Outputs) -> None:
         slots, _, bank = pred
+        slot_head, bank_head = HEADS[self.config.kind]
         cos = row_cos(slots, standardize(batch.target, self.mu, self.sigma))
-        self._pool("moss", cos, batch.tmask.to(cos.dtype))
+        self._pool(slot_head, cos, batch.tmask.to(cos.dtype))
         self.rel += float(rel_mse(slots * self.sigma + self.mu, batch.target, batch.tmask))
         if bank is not None and self.bank_stats is not None and bank.shape[0]:
             bmu, bsigma = self.bank_stats
             b = batch.bridge
             bank_cos = row_cos(bank, standardize(b.bank_target, bmu, bsigma))
-            self._pool("klein", bank_cos, b.bank_mask.to(bank_cos.dtype))
+            self._pool(bank_head, bank_cos, b.bank_mask.to(bank_cos.dtype))
 
     def result(self) -> dict[str, Any]:
         if self.config.bridge:          # pooled over the set: Klein rows exist in some batches only

@@ -39,7 +39,7 @@ class Batch:
     sup_start: torch.Tensor | None = None  # [B] where the engine's slice starts (64 edit / 34 t2i)
     weight: torch.Tensor | None = None     # [B, L] layerwise: row weights (real 1, a sample's pads 1 together)
     pad: torch.Tensor | None = None        # [B, L] bool layerwise: the pad rows (expanded from the stored one)
-    bridge: Any = None                     # qwen35_bridge: bridge.BridgeParts (seed_ids = the slots' Qwen3.5 ids)
+    bridge: Any = None                     # bridge kinds: bridge.BridgeParts (seed_ids = the slots' teacher ids)
 
     @property
     def size(self) -> int:
@@ -104,7 +104,7 @@ class _ShardRows:
         if self.layerwise:
             self.n_real = self.shard["n_real"].long()
             self.pad_multiple = int(self.shard["pad_multiple"][0])
-        self.bridge = "slot_ids" in self.shard.keys       # qwen35_bridge (bridge.py)
+        self.bridge = "slot_ids" in self.shard.keys       # qwen35_bridge, ming_image (bridge.py)
         if self.bridge:
             self._init_bridge()
         self.token_aligned = "v_pack" in self.shard.keys and not self.bridge
@@ -129,13 +129,17 @@ class _ShardRows:
         self.slot_ids = self.shard["slot_ids"].long()
         self._v = _mmap_tensor(path, "v_pack")
         self.blocks = self._vision_blocks()
-        self.klein = self.shard["klein"].long()
-        self.n_bank = int(self.shard["bank_slots"][0]) if "bank_slots" in self.shard.keys else 0
+        keys = self.shard.keys
+        # which samples have a bank target: the Klein samples (qwen35_bridge); every sample without the key (Ming)
+        self.klein = self.shard["klein"].long() if "klein" in keys else torch.ones(len(self.len), dtype=torch.long)
+        self.n_bank = int(self.shard["bank_slots"][0]) if "bank_slots" in keys else 0
+        self.aligned = "bank_body" in keys          # the bank rows carry the student's rows (the Klein bank)
         if self.n_bank:
             self._b = _mmap_tensor(path, "b_pack")
             rows = self.shard["bank_rows"].long()
             self.b_off = torch.cumsum(rows, 0) - rows
-            self.bank_real, self.bank_body = self.shard["bank_real"].long(), self.shard["bank_body"].long()
+            self.bank_real = self.shard["bank_real"].long()
+            self.bank_body = self.shard["bank_body"].long() if self.aligned else None
 
     def __len__(self) -> int:
         return len(self.len)
@@ -203,8 +207,9 @@ def _collate_layerwise(src: _ShardRows, idx: torch.Tensor, keep_dtype: bool, pin
 
 def collate_bridge(src: _ShardRows, idx: torch.Tensor, keep_dtype: bool = False, pin: bool = False) -> Batch:
     """The samples `idx` of a bridge shard as a Batch with `bridge` parts (contract/bridge.py): the slots'
-    ids and targets, the raw vision rows under their slots and as keys, and for the Klein samples their
-    n80 bank rows (the stored pad row repeated) and bank_hidden (row 3 + i = the student's row i)."""
+    ids and targets, the raw vision rows under their slots and as keys, and for the samples with a bank
+    target their bank rows — a Klein sample's n80 rows (the stored pad row repeated) and bank_hidden (row
+    3 + i = the student's row i); a Ming sample's n_cap caption rows, no bank_hidden."""
     lens, slots = src.len[idx], src.t_len[idx]
     B, P = len(idx), int(slots.max())
     h, mask = _gather(src._q, src.q_off[idx], lens, int(lens.max()), keep_dtype, pin)
@@ -233,16 +238,18 @@ def collate_bridge(src: _ShardRows, idx: torch.Tensor, keep_dtype: bool = False,
         K, NB = len(members), src.n_bank
         bdtype = src._b.dtype if keep_dtype else torch.float32
         bank_target = torch.zeros(K, NB, src._b.shape[1], dtype=bdtype, pin_memory=pin)
-        bank_hidden = torch.zeros(K, NB, h.shape[2], dtype=h.dtype, pin_memory=pin)
+        bank_hidden = torch.zeros(K, NB, h.shape[2], dtype=h.dtype, pin_memory=pin) if src.aligned else None
         bank_mask = torch.zeros(K, NB, dtype=torch.bool)
         for k, (i, b) in enumerate(zip(members, rows_of)):
-            off, real, body = int(src.b_off[i]), int(src.bank_real[i]), int(src.bank_body[i])
-            n80 = bank_length(real, NB)
+            off, real = int(src.b_off[i]), int(src.bank_real[i])
+            n80 = bank_length(real, NB) if src.aligned else real
             bank_target[k, :real] = src._b[off:off + real].to(bdtype)
             if n80 > real:                                   # the one stored pad row, repeated
                 bank_target[k, real:n80] = src._b[off + real].to(bdtype)
             bank_mask[k, :n80] = True
-            bank_hidden[k, BANK_PREFIX:BANK_PREFIX + body] = h[b, :body]
+            if bank_hidden is not None:
+                body = int(src.bank_body[i])
+                bank_hidden[k, BANK_PREFIX:BANK_PREFIX + body] = h[b, :body]
         parts.bank_hidden, parts.bank_target, parts.bank_mask = bank_hidden, bank_target, bank_mask
     return Batch(h, mask, target, tmask, seed_ids, slots, bridge=parts)
 

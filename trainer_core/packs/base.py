@@ -12,6 +12,9 @@ templates, export KVs, metric names, the ggk command line) plus a few hooks:
     ggk_command(project)                   the engine command line that uses the export
     adapter_kvs(config)                    the pack's KVs of an export (export_kvs + shape-dependent ones)
     export_arrays(project)                 string-array KVs an export writes after those (a vocabulary)
+    export_tensors(project)                top-level tensors an export writes after the adapter's (Ming's
+                                           tokenizer_json)
+    layer_prompt(rng, caption)             a layer-decomposition instruction (corpus.n_layer; Ming only)
     student_states(student, text)          the student's rows for a prompt, as the engine feeds the adapter
     export_extras(project, report)         what the export stage writes beside the adapter (SigVQ)
     extra_outputs(project)                 those files, for the Output tab and `status`
@@ -38,7 +41,8 @@ if TYPE_CHECKING:  # the stages import torch; the registry stays light
 __all__ = ["TrainerPack", "Material", "Budgets", "ADAPTER_KINDS", "CORPUS_KINDS", "STUDENT_MATERIALS",
            "IMAGE_PRESET_MATERIALS", "STUDENT_FILE", "PIG_CLIP_WIDTH", "DEMO_SETTINGS"]
 
-ADAPTER_KINDS = ("resampler", "seeded_resampler", "token_aligned_vision", "token_aligned_layerwise", "qwen35_bridge")
+ADAPTER_KINDS = ("resampler", "seeded_resampler", "token_aligned_vision", "token_aligned_layerwise", "qwen35_bridge",
+                 "ming_image")
 CORPUS_KINDS = ("text", "image")
 
 
@@ -191,6 +195,18 @@ class TrainerPack:
         """String-array KVs an export writes after the adapter's KVs (the Qwen3.5 bridge's vocabulary,
         tokenizer.ggml.tokens and .merges); none by default."""
         return {}
+
+    def export_tensors(self, project: "Project") -> dict[str, Any]:
+        """Tensors an export writes after the adapter's under their own names (numpy arrays, written as
+        they are): Ming's `tokenizer_json`; none by default. A pack that cannot provide what the engine
+        needs raises ModelFileError before anything is written."""
+        return {}
+
+    def layer_prompt(self, rng: Any, caption: str) -> str:
+        """A layer-decomposition instruction over `caption` (corpus.n_layer); only packs whose engine
+        path reads a layer count have them."""
+        raise UsageError(f"corpus.n_layer and corpus.n_val_layer are for Ming-Image-Layer; the {self.title} pack "
+                         "has no layer-decomposition prompts, so set them to 0.")
 
     def student_states(self, student: Any, text: str) -> Any:
         """The student's rows [L, hidden] (numpy f32) for a prompt, as the engine hands them to the

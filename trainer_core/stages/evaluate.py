@@ -20,7 +20,7 @@ from trainer_core.base.events import Report
 from trainer_core.contract import checkpoints
 from trainer_core.contract.adapter_export import checkpoint_model
 from trainer_core.contract.gguf_io import KV_CHECKPOINT, KV_PLANNED_STEPS, KV_TRAINED_STEPS, read_adapter_gguf
-from trainer_core.contract.bridge import BridgeMetrics
+from trainer_core.contract.bridge import HEADS, BridgeMetrics
 from trainer_core.contract.losses import ResamplerMetrics, SeededMetrics, TokenAlignedMetrics
 from trainer_core.contract.objective import model_outputs
 from trainer_core.contract.tap_losses import LayerwiseMetrics
@@ -45,7 +45,7 @@ def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torc
     bank = None
     if config.bridge:
         bank = ((ck["mu_bank"].float().to(device), ck["sigma_bank"].float().to(device)) if config.n_bank else None)
-        metrics: Any = BridgeMetrics(mu, None if bank is None else bank[0])
+        metrics: Any = BridgeMetrics(mu, None if bank is None else bank[0], HEADS[config.kind])
     elif config.layerwise:
         metrics = LayerwiseMetrics(mu, sigma, config.taps)
     elif config.kind == "resampler":

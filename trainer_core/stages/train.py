@@ -167,8 +167,8 @@ class Trainer:
         if not forced and n % every:
             return
         from trainer_core.contract.gguf_io import gguf_dtype
-        heads = (("out_proj", "skip") if self.config.layerwise else ("out_proj", "out_bank") if self.config.bridge
-                 else ("out_proj",))                                                 # folded at export: f32
+        heads = (("out_proj", "skip") if self.config.layerwise else ("out_proj", self.config.bank_names[1])
+                 if self.config.bridge else ("out_proj",))                           # folded at export: f32
         state = {k: (v.half() if gguf_dtype(k, v.ndim) == "f16" and not k.startswith(heads) else v.float())
                  for k, v in self.model.state_dict().items()}
         path = checkpoints.save_kept_step(self.project, {
@@ -255,8 +255,8 @@ class Trainer:
         """Micro-batches of rows × tokens ≤ train.batch_tokens (0 = the whole batch)."""
         budget = self.t.batch_tokens
         per_row = batch.h.shape[1] + batch.target.shape[1]
-        if batch.bridge is not None:        # the raw vision keys, and a Klein sample's bank rows (twice)
-            per_row += batch.bridge.vis_kv.shape[1] + 2 * self.config.n_bank
+        if batch.bridge is not None:        # the raw vision keys, and the bank rows (a Klein sample's twice)
+            per_row += batch.bridge.vis_kv.shape[1] + (1 + self.config.bank_align) * self.config.n_bank
         if budget <= 0 or batch.size * per_row <= budget:
             return [batch]
         n = max(1, budget // per_row)

@@ -161,30 +161,9 @@ class BridgePack(VisionPack):
                              t.bank_slots if t.klein_head else 0, klein, log)
 
     def _seed_table(self, project: "Project", teacher: Any, report: Any) -> None:
-        import time
-
-        from trainer_core.packs.qwen35_bridge.seed_table import (fit_seed_table, load_seed_table, random_seed_table,
-                                                                 save_seed_table)
-        vocab, rank = self.teacher_dims(project)["seed_vocab"], project.settings.train.seed_rank
-        path = project.root / "seed_table.pt"
-        record, why = load_seed_table(path, vocab, rank, self.id)
-        if record is not None:
-            report("log", level="info", message=f"seed table reused from {path.name} "
-                                                f"({record['variance_kept']:.3f} of the variance kept)")
-            return
-        table = teacher.embed_table()
-        started = time.monotonic()
-        if table is None:
-            fitted, kept = random_seed_table(vocab, rank), 0.0
-        else:
-            if table.shape[0] != vocab:
-                raise ModelFileError(f"The teacher's embedding table has {table.shape[0]} rows but its config says "
-                                     f"vocab_size {vocab}; download {self.teacher_repo} again.")
-            fitted, kept = fit_seed_table(table, rank)
-        save_seed_table(path, fitted, kept, self.id)
-        report("log", level="info", message=(f"{why}: " if why else "") + f"seed table fitted in "
-               f"{time.monotonic() - started:.1f} s ({vocab} × {rank}, {kept:.3f} of the variance kept"
-               f"{'; random: no teacher table' if table is None else ''}); saved to {path.name}")
+        from trainer_core.packs.qwen35_bridge.seed_table import ensure_seed_table
+        ensure_seed_table(project.root / "seed_table.pt", self.teacher_dims(project)["seed_vocab"],
+                          project.settings.train.seed_rank, self.id, teacher, report, self.teacher_repo)
 
     def make_shard(self, prompts: list[Any], student: Any, teacher: Any, budgets: Budgets, session: Any = None
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -209,13 +188,8 @@ class BridgePack(VisionPack):
 
     def load_frozen(self, project: "Project", model: Any) -> None:
         """The seed table precompute fitted, into the frozen seed_embed."""
-        import torch
-
-        from trainer_core.packs.qwen35_bridge.seed_table import require_seed_table
-        c = model.config
-        table = require_seed_table(project.root / "seed_table.pt", c.seed_vocab, c.seed_rank, self.id)
-        with torch.no_grad():
-            model.seed_embed.weight.copy_(table.float())
+        from trainer_core.packs.qwen35_bridge.seed_table import load_seed_into
+        load_seed_into(project.root / "seed_table.pt", model, self.id)
 
     def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
         bank = config.n_bank > 0

@@ -17,7 +17,8 @@ import torch
 
 from trainer_core.base.errors import TrainerError
 
-__all__ = ["fit_seed_table", "random_seed_table", "load_seed_table", "require_seed_table", "save_seed_table"]
+__all__ = ["fit_seed_table", "random_seed_table", "load_seed_table", "require_seed_table", "save_seed_table",
+           "ensure_seed_table", "load_seed_into"]
 
 _CHUNK = 16384
 
@@ -81,3 +82,37 @@ def require_seed_table(path: Path, vocab: int, rank: int, pack: str) -> torch.Te
         raise TrainerError(f"The seed table is not ready ({why or f'{path} does not exist'}); run precompute "
                            "(it fits the table before the first shard).")
     return record["table"]
+
+
+def ensure_seed_table(path: Path, vocab: int, rank: int, pack: str, teacher: Any, report: Any, repo: str) -> None:
+    """Reuse the table at `path` when it has this shape, else fit it from teacher.embed_table() (random
+    when the teacher has none: the mock) and save it; every outcome is one log line. The seeded-slot
+    packs (the Qwen3.5 bridge, Ming) call it once per precompute stage, before the first shard."""
+    import time
+    record, why = load_seed_table(path, vocab, rank, pack)
+    if record is not None:
+        report("log", level="info", message=f"seed table reused from {path.name} "
+                                            f"({record['variance_kept']:.3f} of the variance kept)")
+        return
+    table = teacher.embed_table()
+    started = time.monotonic()
+    if table is None:
+        fitted, kept = random_seed_table(vocab, rank), 0.0
+    else:
+        if table.shape[0] != vocab:
+            from trainer_core.base.errors import ModelFileError
+            raise ModelFileError(f"The teacher's embedding table has {table.shape[0]} rows but its config says "
+                                 f"vocab_size {vocab}; download {repo} again.")
+        fitted, kept = fit_seed_table(table, rank)
+    save_seed_table(path, fitted, kept, pack)
+    report("log", level="info", message=(f"{why}: " if why else "") + f"seed table fitted in "
+           f"{time.monotonic() - started:.1f} s ({vocab} × {rank}, {kept:.3f} of the variance kept"
+           f"{'; random: no teacher table' if table is None else ''}); saved to {path.name}")
+
+
+def load_seed_into(path: Path, model: Any, pack: str) -> None:
+    """The table precompute fitted, into a freshly built adapter's frozen seed_embed."""
+    c = model.config
+    table = require_seed_table(path, c.seed_vocab, c.seed_rank, pack)
+    with torch.no_grad():
+        model.seed_embed.weight.copy_(table.float())
