@@ -182,3 +182,52 @@ def test_precompute_batched_equals_one_sample_at_a_time(demo):
         else:
             assert torch.equal(a, b), key
     assert together["n_images"].tolist().count(1) == 2
+
+
+def test_the_export_carries_the_fitted_vis_bridge(demo):
+    """The demo picks a stock-layout mmproj (the tiny Ming tower written as llama.cpp writes Qwen2.5-VL):
+    the export fits the bridge, keeps it in vis_bridge.pt and writes it beside adapter.* as the engine
+    detects it; fitted, it maps the stock rows far closer to the Ling rows than an unfitted one."""
+    from trainer_core.contract.vis_bridge import BridgeConfig, VisBridge, detect_bridge
+    from trainer_core.packs.ming_image.bridge_fit import FILE, bridge_pairs, fitted_bridge
+    from trainer_core.packs.ming_image.stock_vision import StockVision
+    saved = torch.load(demo.root / FILE, weights_only=True)
+    w = gguf_tensors(demo.gguf_path())
+    config = detect_bridge({n: tuple(reversed(a.shape)) for n, a in w.items()})
+    assert config == BridgeConfig(**saved["config"])
+    assert (config.in_dim, config.out_dim, config.width, config.depth) == (48, 64, 64, 1)
+    for name, value in saved["state"].items():
+        np.testing.assert_allclose(w["vis_bridge." + name], value.numpy(), rtol=2e-3, atol=2e-4)
+    from_file = VisBridge(config)
+    from_file.load_state_dict({n: torch.from_numpy(w["vis_bridge." + n]).float() for n in saved["state"]})
+    stock = StockVision.load(PACK.resolve_material(demo, "stock_mmproj"))
+    pairs = bridge_pairs(demo, stock, 4)
+    torch.manual_seed(0)
+    unfitted = VisBridge(config)
+
+    def cos(model):
+        with torch.no_grad():
+            return float(np.mean([torch.nn.functional.cosine_similarity(model(x.float(), gh, gw), y.float(), dim=-1)
+                                  .mean() for x, y, gh, gw in pairs]))
+    assert cos(from_file) > 0.6 and cos(unfitted) < 0.3
+    assert saved["val_cos"] > 0.6 and saved["images"] == 12
+    assert fitted_bridge(demo) is not None
+
+
+def test_a_changed_setting_fits_again_and_a_stop_keeps_the_old_fit(demo):
+    from trainer_core.base.events import ListReport
+    from trainer_core.packs.ming_image.bridge_fit import FILE, ensure_vis_bridge, fitted_bridge
+    from trainer_core.stages import stage_done
+    before = (demo.root / FILE).read_bytes()
+    project = Project.open(demo.root)
+    project.update_settings(["export.vis_bridge_steps=81"])
+    try:
+        project = Project.open(demo.root)
+        assert fitted_bridge(project) is None                      # the key names the steps
+        assert not stage_done(project, "export")                   # so the pipeline exports again
+        assert ensure_vis_bridge(project, ListReport(), lambda: True) is False
+        assert (demo.root / FILE).read_bytes() == before
+    finally:
+        project.update_settings(["export.vis_bridge_steps=80"])
+    assert fitted_bridge(Project.open(demo.root)) is not None
+    assert stage_done(Project.open(demo.root), "export")

@@ -12,7 +12,8 @@ from bridge_numpy import gguf_tensors, ming_forward
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.adapter import AdapterConfig, build_adapter, expected_tensor_count
 from trainer_core.contract.adapter_layout import detect_layout
-from trainer_core.contract.gguf_io import Provenance, read_adapter_gguf, read_gguf_kvs, write_adapter_gguf
+from trainer_core.contract.gguf_io import (Provenance, read_adapter_gguf, read_gguf_kvs, read_gguf_tensors,
+                                          write_adapter_gguf)
 
 IN, W, OUT, N_CAP, CAP, SLOTS, VOCAB, RANK, VIS = 32, 64, 48, 6, 40, 20, 300, 8, 24
 TOKENIZER = b'{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "added_tokens": []}'
@@ -133,3 +134,26 @@ def test_the_folded_file_gives_the_engine_output_at_teacher_scale(with_image, tm
                           vis_kv=vis[None] if with_image else None)
     np.testing.assert_allclose(dir2[0].double().numpy(), got[N_CAP:], atol=1e-4, rtol=1e-4)
     np.testing.assert_allclose(cap2[0].double().numpy(), got[:N_CAP, :CAP], atol=1e-4, rtol=1e-4)
+
+
+def test_a_vis_bridge_rides_beside_the_adapter_and_a_misfit_one_is_refused(tmp_path):
+    """vis_bridge.* is read by the engine for Ming only; its rows must be the adapter's vis_dim wide."""
+    from trainer_core.contract.vis_bridge import BridgeConfig, VisBridge, bridge_tensors
+    cfg = config()
+    model = build_adapter(cfg)
+
+    def bridge(out_dim):
+        tensors = bridge_tensors(VisBridge(BridgeConfig(in_dim=40, out_dim=out_dim, width=64, depth=1,
+                                                        mlp_hidden=128)))
+        return {n: t.numpy().astype(np.float16 if t.ndim == 2 else np.float32) for n, t in tensors.items()}
+    good = tmp_path / "good.gguf"
+    write(good, model, cfg, extra={"tokenizer_json": tokenizer_tensor(), **bridge(VIS)})
+    found, problems = detect_layout({n: (t.shape_ne, t.dtype) for n, t in read_gguf_tensors(good).items()})
+    assert found == cfg and problems == []
+    with pytest.raises(ModelFileError, match="unbridged"):
+        write(tmp_path / "bad.gguf", model, cfg, extra={"tokenizer_json": tokenizer_tensor(), **bridge(VIS + 8)})
+    assert not (tmp_path / "bad.gguf").exists()
+    cut = bridge(VIS)
+    del cut["vis_bridge.blocks.0.mlp.2.bias"]
+    with pytest.raises(ModelFileError, match="mlp.2.bias is missing"):
+        write(tmp_path / "cut.gguf", model, cfg, extra={"tokenizer_json": tokenizer_tensor(), **cut})

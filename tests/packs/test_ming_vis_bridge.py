@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer_core.packs.ming_image.vis_bridge import (PREFIX, BridgeConfig, VisBridge, bridge_tensors, detect_bridge,
+from trainer_core.contract.vis_bridge import (PREFIX, BridgeConfig, VisBridge, bridge_tensors, detect_bridge,
                                                       pos2d)
 
 

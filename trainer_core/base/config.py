@@ -147,6 +147,12 @@ class ExportSettings:
     export_vision: bool = _setting(True, _boolean, "also write the teacher's vision tower as a GGUF for editing "
                                                    "(Ming: pig_ming_vision)")
     vision_quant: str = _setting("f16", _choice("f16", "q8_0"), "the vision GGUF's weights")
+    vis_bridge: bool = _setting(True, _boolean, "Ming: fit the adapter's vis_bridge when a stock Qwen2.5-VL "
+                                                "mmproj is picked, so that file can stand in for pig_ming_vision")
+    vis_bridge_steps: int = _setting(2000, _count(maximum=1_000_000), "Ming: vis_bridge fitting steps (one image each)")
+    vis_bridge_width: int = _setting(1024, _count(64, multiple_of=64), "Ming: vis_bridge width, a multiple of 64")
+    vis_bridge_depth: int = _setting(2, _count(0), "Ming: vis_bridge blocks (0 = a linear map)")
+    vis_bridge_images: int = _setting(256, _count(), "Ming: input images of the train shards the vis_bridge fits on")
     run_eval: bool = _setting(True, _boolean)
 
 

@@ -24,6 +24,7 @@ PREFIX = "adapter."
 # 2-D tensors kept F32: the query banks (the engine converts them to f32 on load anyway) and the
 # frozen vision projection
 F32_2D = frozenset({"query", "vision_proj.weight", "slot_query", "bank_query", "cap_query"})
+VIS_BRIDGE = "vis_bridge."          # top level in a Ming adapter: the stock-mmproj bridge (contract/vis_bridge.py)
 TOKENIZER_JSON = "tokenizer_json"   # top level, no prefix: the engine reads it for Ming only
 
 
@@ -116,7 +117,8 @@ def detect_layout(tensors: Mapping[str, tuple[tuple[int, ...], str]], layer_map:
     problems: list[LayoutProblem] = []
     names = {n[len(PREFIX):]: v for n, v in tensors.items() if n.startswith(PREFIX)}
     ming = "cap_query" in names
-    for other in sorted(set(tensors) - {PREFIX + n for n in names}):
+    bridge = {n: v for n, v in tensors.items() if ming and n.startswith(VIS_BRIDGE)}
+    for other in sorted(set(tensors) - {PREFIX + n for n in names} - set(bridge)):
         if other == TOKENIZER_JSON:
             if not ming:
                 problems.append(LayoutProblem(f"tensor {other} is read for Ming adapters only; the engine ignores "
@@ -129,7 +131,10 @@ def detect_layout(tensors: Mapping[str, tuple[tuple[int, ...], str]], layer_map:
         if TOKENIZER_JSON not in tensors:
             problems.append(LayoutProblem(f"the Ming adapter has no {TOKENIZER_JSON} tensor, so the engine needs a "
                                           f"Ling tokenizer from elsewhere (the text encoder's GGUF)", fatal=False))
-        return _detect_ming(names, problems)
+        config, problems = _detect_ming(names, problems)
+        if config is not None and bridge:
+            problems += _vis_bridge_problems(bridge, config.vis_dim)
+        return config, problems
     if "slot_query" in names and not any(p.fatal for p in problems):
         return _detect_bridge(names, problems)
     has_query = "query" in names
@@ -316,6 +321,34 @@ def _detect_ming(names: Mapping[str, tuple[tuple[int, ...], str]], problems: lis
     except ValueError as e:
         return None, problems + [LayoutProblem(f"the tensors do not make an adapter: {e}")]
     return _check_expected(config, names, problems)
+
+
+def _vis_bridge_problems(tensors: Mapping[str, tuple[tuple[int, ...], str]], vis_dim: int) -> list[LayoutProblem]:
+    """The engine's MingVisionBridgeConfig::detect on the `vis_bridge.*` tensors of a Ming adapter, and
+    every tensor of the bridge it implies with its shape (a Linear or LayerNorm without its bias would
+    not load); its rows must be the adapter's vis_dim wide."""
+    import torch
+
+    from trainer_core.contract.vis_bridge import HEAD_DIM, VisBridge, detect_bridge
+    ne = {n: tuple(v[0]) for n, v in tensors.items()}
+    found = detect_bridge(ne)
+    if found is None or found.width < HEAD_DIM:
+        return [LayoutProblem(f"the {VIS_BRIDGE}* tensors do not make a bridge the engine detects ({VIS_BRIDGE}inp "
+                              f"and {VIS_BRIDGE}out weights, a width that is a multiple of 4 and at least 64)")]
+    if found.out_dim != vis_dim:
+        return [LayoutProblem(f"{VIS_BRIDGE}out gives {found.out_dim}-wide rows but the adapter's vis_in reads "
+                              f"{vis_dim}; the engine would leave the stock mmproj unbridged")]
+    with torch.device("meta"):
+        want = {VIS_BRIDGE + k: tuple(reversed(v.shape)) for k, v in VisBridge(found).state_dict().items()}
+    problems = []
+    for name in sorted(set(want) | set(ne)):
+        if name not in ne:
+            problems.append(LayoutProblem(f"{name} is missing (expected ne {list(want[name])})"))
+        elif name not in want:
+            problems.append(LayoutProblem(f"{name} is not part of the {found.depth}-block bridge the engine reads"))
+        elif ne[name] != want[name]:
+            problems.append(LayoutProblem(f"{name} has ne {list(ne[name])}, expected {list(want[name])}"))
+    return problems
 
 
 def _check_expected(config: AdapterConfig, names: Mapping[str, tuple[tuple[int, ...], str]],

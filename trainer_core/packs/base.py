@@ -196,6 +196,16 @@ class TrainerPack:
         tokenizer.ggml.tokens and .merges); none by default."""
         return {}
 
+    def export_stale(self, project: "Project") -> bool:
+        """Whether the export must run again although the GGUF is newer than best.pt (Ming: a vis_bridge
+        to fit or write); cheap, the pipeline asks it often."""
+        return False
+
+    def prepare_export(self, project: "Project", report: Any, should_stop: Any) -> bool:
+        """Work the export stage does before writing the adapter (Ming: fit its vis_bridge); False when
+        stopped."""
+        return True
+
     def export_tensors(self, project: "Project") -> dict[str, Any]:
         """Tensors an export writes after the adapter's under their own names (numpy arrays, written as
         they are): Ming's `tokenizer_json`; none by default. A pack that cannot provide what the engine

@@ -41,6 +41,8 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     if not checkpoints.exists(project, checkpoints.BEST):
         raise TrainerError("There is nothing to export: checkpoints/best.pt does not exist yet (train first).")
     ck = checkpoints.load(project, checkpoints.BEST)
+    if not project.pack.prepare_export(project, report, should_stop):      # e.g. Ming's vis_bridge fit
+        return "stopped"
     out = export_checkpoint(project, ck, project.gguf_path(), "best", snapshot=False)
     report("artifact", path=str(out), kind="gguf", step=int(ck["step"]), size=out.stat().st_size)
     if project.settings.export.copy_to:

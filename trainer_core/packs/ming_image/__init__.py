@@ -45,6 +45,11 @@ TEACHER = Material(
          "projections; resident it needs ~36 GB of GPU memory, smaller cards stream the thinker from RAM; "
          "its tokenizer goes into the adapter and its vision tower is exported for editing")
 
+STOCK_MMPROJ = Material(
+    "stock_mmproj", "Stock Qwen2.5-VL mmproj (optional: fits the adapter's vis_bridge)", "local_file",
+    suffixes=(".gguf",), required=False, size_hint="~1.3 GB",
+    hint="a llama.cpp Qwen2.5-VL mmproj, e.g. mmproj-Qwen2.5-VL-7B-Instruct-f16.gguf; the export then fits the "
+         "adapter's vis_bridge so that file can replace pig_ming_vision for editing")
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
@@ -166,7 +171,23 @@ class MingPack(VisionPack):
             raise ModelFileError(f"The adapter must carry the Ling tokenizer but {path} is missing; download the "
                                  f"teacher ({self.teacher_repo}) — its mllm/tokenizer.json is enough — then export "
                                  "again.") from None
-        return {TOKENIZER_JSON: np.frombuffer(data, dtype=np.uint8).astype(np.float16)}
+        out = {TOKENIZER_JSON: np.frombuffer(data, dtype=np.uint8).astype(np.float16)}
+        from trainer_core.packs.ming_image.bridge_fit import fitted_bridge
+        from trainer_core.contract.vis_bridge import bridge_tensors
+        fitted = fitted_bridge(project)                       # the engine reads it beside adapter.*
+        if fitted is not None:
+            for name, t in bridge_tensors(fitted[0]).items():
+                out[name] = t.numpy().astype(np.float16 if t.ndim == 2 else np.float32)
+        return out
+
+    def export_stale(self, project: "Project") -> bool:
+        from trainer_core.packs.ming_image.bridge_fit import bridge_stale
+        return bridge_stale(project)
+
+    def prepare_export(self, project: "Project", report: Any, should_stop: Any) -> bool:
+        """Fit the vis_bridge when a stock mmproj is picked (bridge_fit.py)."""
+        from trainer_core.packs.ming_image.bridge_fit import ensure_vis_bridge
+        return ensure_vis_bridge(project, report, should_stop)
 
     def vision_path(self, project: "Project") -> Path:
         from trainer_core.packs.ming_image.vision_export import vision_gguf_name
@@ -226,8 +247,10 @@ class MingPack(VisionPack):
         """A tiny random Ming snapshot (thinker, tower, connector, projections, a small Ling-format
         tokenizer) and generated captioned scenes."""
         from trainer_core.demo.fixtures import write_demo_images
-        from trainer_core.packs.ming_image.tiny import write_tiny_ming
+        from trainer_core.packs.ming_image.tiny import write_tiny_ming, write_tiny_stock_mmproj
         write_tiny_ming(self.resolve_material(project, "teacher"), cap_dim=96, direct_dim=128)
+        write_tiny_stock_mmproj(project.materials_dir / "mmproj-tiny-qwen2.5vl-f16.gguf",
+                                self.resolve_material(project, "teacher"))
         write_demo_images(project.materials_dir / "demo_images", DEMO_IMAGES)
 
 
@@ -264,7 +287,7 @@ PACK = MingPack(
     ggk_min_version="0.7.7",
     budget_scale=0.5,
     max_len_student=4096,          # the engine does not truncate the raw prompt (Part E 1)
-    materials=STUDENT_MATERIALS + (TEACHER,),
+    materials=STUDENT_MATERIALS + (TEACHER, STOCK_MMPROJ),
     metric_names=("cos_centered", "cos_centered_cap", "cos_centered_dir", "cos_rms", "cos_rms_cap", "cos_rms_dir",
                   "cos_raw_cap", "cos_raw_dir", "rel_mse", "rel_mse_cap", "rel_mse_dir", "roundtrip_cos",
                   "worst_row_cos_rms", "val_batches", "val_samples"),
@@ -274,12 +297,15 @@ PACK = MingPack(
     reference_dims={"out_dim": OUT_DIM, "cap_dim": CAP_DIM, "vis_dim": VIS_DIM, "seed_vocab": SEED_VOCAB,
                     "num_queries": N_CAP},
     extra_settings=("train.seed_rank", "train.max_slots", "corpus.n_layer", "corpus.n_val_layer",
-                    "export.export_vision", "export.vision_quant"),
+                    "export.export_vision", "export.vision_quant", "export.vis_bridge", "export.vis_bridge_steps",
+                    "export.vis_bridge_width", "export.vis_bridge_depth", "export.vis_bridge_images"),
     # the demo: every image comes out at the engine's 672² area (576 slots), so the demo keeps images
     # few and its run under a minute on 2 cores; 768 slots hold an image and its prompt
     demo_settings=(*IMAGE_DEMO_SETTINGS, "corpus.n_two=0", "corpus.n_image=16", "corpus.n_text=32",
                    "corpus.n_val_image=4", "corpus.n_val_text=6", "corpus.n_layer=4", "corpus.n_val_layer=1",
                    "precompute.shard_size=24", "precompute.val_shard_size=10", "train.seed_rank=16",
                    "train.max_slots=768", "train.batch_tokens=0", "train.batch_size=6", "train.steps=100",
-                   "train.val_every=50", "train.save_every=50"),
+                   "train.val_every=50", "train.save_every=50", "materials.stock_mmproj.path=materials/"
+                   "mmproj-tiny-qwen2.5vl-f16.gguf", "export.vis_bridge_steps=80", "export.vis_bridge_width=64",
+                   "export.vis_bridge_depth=1", "export.vis_bridge_images=12"),
 )

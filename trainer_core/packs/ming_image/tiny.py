@@ -224,3 +224,15 @@ def write_tiny_ming(root: str | os.PathLike, hidden: int = 64, layers: int = 3, 
         "selected_hidden_states_layers": list(taps), "connector_norm": False, "diffusion_c_input_dim": cap_dim,
         "diffusion_inner_dim": direct_dim})
     return root
+
+
+def write_tiny_stock_mmproj(path: str | os.PathLike, ming_root: str | os.PathLike) -> Path:
+    """The demo's stand-in for a stock Qwen2.5-VL mmproj: the tiny snapshot's own vision tower (the Ming
+    tower is a Qwen2.5-VL tower) written in llama.cpp's mmproj layout, f16; its rows are the Ling rows
+    before linear_proj, so the vis_bridge has a mapping to learn."""
+    from trainer_core.packs.ming_image.stock_vision import write_mmproj
+    from trainer_core.packs.ming_image.vision import MingVision
+    tower = MingVision.load(Path(ming_root) / "mllm").vision
+    with atomic_path(path) as tmp:
+        write_mmproj(tmp, tower, n_wa_pattern=2)
+    return Path(path)

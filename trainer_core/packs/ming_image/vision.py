@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from trainer_core.base.errors import ModelFileError
+from trainer_core.contract.vis_bridge import L2_EPS, l2_rows
 
 __all__ = ["VISION_PREFIX", "PROJ_PREFIX", "PROJ_NAMES", "RECOMPUTED", "L2_EPS", "GELU_MODES", "mllm_folder",
            "read_vision_config", "VisionTensors", "vision_tensors", "l2_rows", "tokens_per_image", "MingVision"]
@@ -38,7 +39,6 @@ __all__ = ["VISION_PREFIX", "PROJ_PREFIX", "PROJ_NAMES", "RECOMPUTED", "L2_EPS",
 VISION_PREFIX, PROJ_PREFIX = "vision.", "linear_proj."
 PROJ_NAMES = ("linear_proj.0.weight", "linear_proj.0.bias", "linear_proj.2.weight", "linear_proj.2.bias")
 RECOMPUTED = frozenset({"vision.rotary_pos_emb.inv_freq"})   # a buffer from the config, never a weight
-L2_EPS = 1e-12
 GELU_MODES = {"tanh": "tanh", "exact": "none"}             # ours → torch's `approximate`
 INDEX = "model.safetensors.index.json"
 _DROPPED_CONFIG_KEYS = ("_attn_implementation", "attn_implementation", "torch_dtype", "dtype", "architectures")
@@ -139,11 +139,6 @@ def _open(path: Path, safe_open: Any) -> Any:
     except Exception as e:  # noqa: BLE001 — safetensors raises its own error types on a damaged header
         raise ModelFileError(f"{path} cannot be read as safetensors ({' '.join(str(e).split())}); download it "
                              "again.") from None
-
-
-def l2_rows(x: torch.Tensor, eps: float = L2_EPS) -> torch.Tensor:
-    """Each row over the root of max(its sum of squares, eps): the engine's ggml_l2_norm."""
-    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True).clamp_min(eps))
 
 
 def tokens_per_image(grid_thw: Any, merge: int = 2) -> list[int]:

@@ -1,7 +1,7 @@
 """The engine-only `vis_bridge.*` of a Ming adapter GGUF: a stock llama.cpp Qwen2.5-VL mmproj's rows
 mapped onto the Ling vision rows the adapter was trained on (ggk 0.9.7, ming_image_te.hpp
-`MingVisionBridge`, conditioner.hpp `MingImageAdapterEmbedder`). Not trained here yet: this module
-is the forward the engine runs, so a trainer can fit it and the export can write it.
+`MingVisionBridge`, conditioner.hpp `MingImageAdapterEmbedder`). This module is the forward the
+engine runs; packs/ming_image/bridge_fit.py fits it and the Ming export writes it.
 
 **When ggk uses it.** On a Ming-Image(-Layer) DiT with a Ming adapter (`cap_query`) as
 `--llm-adapter`, a reference image, and a `--llm_vision` file that is *not* a Ling tower:
@@ -65,7 +65,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from trainer_core.packs.ming_image.vision import L2_EPS, l2_rows
 
 __all__ = ["PREFIX", "HEAD_DIM", "NORM_EPS", "STOCK_MMPROJ_DIM", "BridgeConfig", "pos2d", "TokenBlock",
            "VisBridge", "detect_bridge", "bridge_tensors"]
@@ -74,6 +73,12 @@ PREFIX = "vis_bridge."           # in the adapter GGUF (the engine: text_encoder
 HEAD_DIM = 64                    # LLMAdapter::HEAD_DIM: heads = width / 64
 NORM_EPS = 1e-5
 STOCK_MMPROJ_DIM = 3584          # Qwen2.5-VL-7B's merger width, the engine's default in_dim
+L2_EPS = 1e-12                   # ggml_l2_norm's eps, as the Ming vision encoder's
+
+
+def l2_rows(x: torch.Tensor, eps: float = L2_EPS) -> torch.Tensor:
+    """Each row over the root of max(its sum of squares, eps): the engine's ggml_l2_norm."""
+    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True).clamp_min(eps))
 
 
 @dataclass(frozen=True)
