@@ -97,11 +97,13 @@ def _vdot(a: Tensor, b: Tensor) -> Tensor:
 def row_cos(p: Tensor, t: Tensor, eps: float = COS_EPS) -> Tensor:
     """Cosine of each row, [..., D] → [...]; a zero row gives 0 and finite gradients."""
     p, t = _wide(p), _wide(t)
-    dot = _vdot(p, t)                                                    # [...]
+    return _cos_of_sums(_vdot(p, t), _vdot(p, p), _vdot(t, t), eps)
+
+
+def _cos_of_sums(dot: Tensor, pp: Tensor, tt: Tensor, eps: float = COS_EPS) -> Tensor:
+    """The cosine from a row's p·t, p·p and t·t (row_cos without the passes over the rows)."""
     # clamp the squared norms before the root so neither value nor gradient can be NaN
-    p_norm = _vdot(p, p).clamp_min(eps * eps).sqrt()                     # [...]
-    t_norm = _vdot(t, t).clamp_min(eps * eps).sqrt()                     # [...]
-    return dot / (p_norm * t_norm)
+    return dot / (pp.clamp_min(eps * eps).sqrt() * tt.clamp_min(eps * eps).sqrt())
 
 
 def row_cos_and_rms(p: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
@@ -109,11 +111,15 @@ def row_cos_and_rms(p: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
     rms_norm scales a row by r = rsqrt(mean(x²) + RMS_EPS) > 0, so the second is the first with each norm
     scaled by its r before the COS_EPS clamp: the same numbers without the two normalized copies."""
     p, t = _wide(p), _wide(t)
-    dot, pp, tt = _vdot(p, t), _vdot(p, p), _vdot(t, t)                 # [...]
+    return _cos_and_rms_of_sums(_vdot(p, t), _vdot(p, p), _vdot(t, t), p.shape[-1])
+
+
+def _cos_and_rms_of_sums(dot: Tensor, pp: Tensor, tt: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    """row_cos_and_rms from a row's p·t, p·p and t·t, D = dim."""
     eps2 = COS_EPS * COS_EPS
     cos = dot / (pp.clamp_min(eps2).sqrt() * tt.clamp_min(eps2).sqrt())
-    rp = torch.rsqrt(pp / p.shape[-1] + RMS_EPS)
-    rt = torch.rsqrt(tt / t.shape[-1] + RMS_EPS)
+    rp = torch.rsqrt(pp / dim + RMS_EPS)
+    rt = torch.rsqrt(tt / dim + RMS_EPS)
     cos_rms = dot * rp * rt / ((pp * rp * rp).clamp_min(eps2).sqrt() * (tt * rt * rt).clamp_min(eps2).sqrt())
     return cos, cos_rms
 
@@ -271,15 +277,22 @@ class ResamplerMetrics:
         _check(pred, target)
         p, t = _wide(pred), _wide(target)                                # [B, R, D]
         mu = self.mu.to(p)
-        cos_raw, cos_rms = row_cos_and_rms(p, t)                         # [B, R] each
-        centred = p - mu                                                 # once for both centred cosines
-        self.means["cos_centered"].add(row_cos(centred, t - mu).mean())
+        # each row sum once (they are the metric's cost: [B, R, D] passes): t·t serves the raw cosines and
+        # rel_mse, the centred prediction's norm both centred cosines — the same numbers as the helpers'
+        tt = _vdot(t, t)
+        cos_raw, cos_rms = _cos_and_rms_of_sums(_vdot(p, t), _vdot(p, p), tt, p.shape[-1])   # [B, R] each
+        centred, t_c = p - mu, t - mu
+        cc = _vdot(centred, centred)
+        self.means["cos_centered"].add(_cos_of_sums(_vdot(centred, t_c), cc, _vdot(t_c, t_c)).mean())
         self.means["cos_rms"].add(cos_rms.mean())
-        self.means["rel_mse"].add(rel_mse(p, t))
+        d = p - t
+        err, ref = _vdot(d, d).double().sum(), tt.double().sum()
+        self.means["rel_mse"].add(err / ref.clamp_min(torch.finfo(ref.dtype).tiny))
         self.means["cos_raw"].add(cos_raw.mean())
         if pred_ck is not None:
             _check(pred, pred_ck)
-            self.means["roundtrip_cos"].add(row_cos(centred, _wide(pred_ck) - mu).mean())
+            ck = _wide(pred_ck) - mu
+            self.means["roundtrip_cos"].add(_cos_of_sums(_vdot(centred, ck), cc, _vdot(ck, ck)).mean())
         self.worst_row_cos_rms = _lowest(self.worst_row_cos_rms, cos_rms)
         self.batches += 1
 

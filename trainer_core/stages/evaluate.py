@@ -66,7 +66,7 @@ def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torc
             samples += batch.size
             continue
         if config.standardized:
-            pred_ck = pred_ck * sigma + mu
+            pred_ck = torch.addcmul(mu, pred_ck, sigma)                   # pred_ck · σ + μ in one pass
         if config.layerwise:
             metrics.update(pred, batch.target, weight=batch.weight, pad=batch.pad, pred_ck=pred_ck)
         elif config.kind == "resampler":
