@@ -51,6 +51,7 @@ STOCK_MMPROJ = Material(
     hint="a llama.cpp Qwen2.5-VL mmproj, e.g. mmproj-Qwen2.5-VL-7B-Instruct-f16.gguf; the export then fits the "
          "adapter's vis_bridge so that file can replace pig_ming_vision for editing")
 
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -160,7 +161,8 @@ class MingPack(VisionPack):
 
     def export_tensors(self, project: "Project") -> dict[str, Any]:
         """`tokenizer_json`: the Ling tokenizer.json, one F16 element per byte (0 … 255, exact), which the
-        engine reads to tokenize the Ming template; an export without it is refused."""
+        engine reads to tokenize the Ming template (an export without it is refused); and the fitted
+        `vis_bridge.*` when there is one for these inputs (bridge_fit.py)."""
         import numpy as np
 
         from trainer_core.contract.adapter_layout import TOKENIZER_JSON

@@ -33,7 +33,8 @@ from trainer_core.packs.ming_image.vision import GELU_MODES, _build_tower, _merg
 __all__ = ["PROJECTOR", "mmproj_names", "read_mmproj", "StockVision", "write_mmproj"]
 
 PROJECTOR = "qwen2.5vl_merger"
-_HELP = "pick a llama.cpp Qwen2.5-VL mmproj (e.g. mmproj-Qwen2.5-VL-7B-Instruct-f16.gguf)"
+_HELP = ("pick a llama.cpp Qwen2.5-VL mmproj (e.g. mmproj-Qwen2.5-VL-7B-Instruct-f16.gguf) as the stock_mmproj "
+         "material, or export without a vis_bridge (export.vis_bridge=false)")
 
 
 def mmproj_names(state_names: list[str], depth: int) -> dict[str, list[str]]:
