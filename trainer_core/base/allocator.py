@@ -1,13 +1,21 @@
-"""The C heap's top pad for the stage processes (glibc only): freed tensor memory is kept for reuse.
+"""The C heap settings of the stage processes (glibc only): freed tensor memory is kept for reuse.
 
 torch takes every CPU tensor from malloc. glibc gives memory above its trim threshold back to the
 kernel at each free, so a train step's short-lived [B, R, D] temporaries (15 MB each at the PixArt
-demo geometry) are faulted in page by page again at every step: 23,000 minor faults and ~30 ms of a
-~45 ms loss step (bench/RESULTS.md, "Allocator"). A top pad of PAD_BYTES keeps that much of the
-freed heap mapped, so the next step reuses it. Peak RSS does not grow — the pad holds pages that
-were resident at the peak anyway; only the RSS after a peak stays up to PAD_BYTES higher.
+demo geometry) are faulted in page by page again at every step. A top pad of PAD_BYTES keeps that
+much of the freed heap mapped, so the next step reuses it.
 
-A MALLOC_TOP_PAD_ the user set in the environment wins; other C libraries are left alone.
+Setting any of glibc's thresholds by mallopt also switches off its dynamic mmap threshold, which
+otherwise rises to the size of each freed mmapped block (up to 32 MiB): with the pad alone every
+block above 128 KiB — a student forward's activations, a step's temporaries — became its own mmap,
+unmapped on free and faulted in again on the next call (PixArt precompute_train at the peer geometry:
+0.36 M minor faults and 1.2 s instead of 0.03 M and 0.8 s). So the mmap threshold is pinned at
+MMAP_THRESHOLD, glibc's own ceiling for the dynamic one. Measured on the PixArt peer geometry, 200
+train steps in-process: default glibc 14.5–16.4 s (0.7–0.9 M faults), pad alone 16.2–16.4 s (1.6–2.7 M),
+pad and threshold 13.2–14.6 s (0.08 M); peak RSS within 15 MiB of the default (bench/RESULTS.md).
+
+A MALLOC_TOP_PAD_ or MALLOC_MMAP_THRESHOLD_ the user set in the environment wins (neither is set
+then); other C libraries are left alone.
 """
 from __future__ import annotations
 
@@ -15,19 +23,23 @@ import ctypes
 import os
 import platform
 
-__all__ = ["PAD_BYTES", "keep_heap_pad"]
+__all__ = ["PAD_BYTES", "MMAP_THRESHOLD", "keep_heap_pad"]
 
 PAD_BYTES = 256 << 20
-_M_TOP_PAD = -2          # glibc malloc.h
+MMAP_THRESHOLD = 32 << 20   # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit
+_M_TOP_PAD = -2             # glibc malloc.h
+_M_MMAP_THRESHOLD = -3
 
 
-def keep_heap_pad(pad_bytes: int = PAD_BYTES) -> bool:
-    """Set glibc's M_TOP_PAD for this process; True when it was set."""
-    if "MALLOC_TOP_PAD_" in os.environ or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+def keep_heap_pad(pad_bytes: int = PAD_BYTES, mmap_threshold: int = MMAP_THRESHOLD) -> bool:
+    """Set glibc's M_TOP_PAD and M_MMAP_THRESHOLD for this process; True when both were set."""
+    if ("MALLOC_TOP_PAD_" in os.environ or "MALLOC_MMAP_THRESHOLD_" in os.environ
+            or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc"):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return mallopt(_M_TOP_PAD, min(pad_bytes, 2**31 - 1)) == 1
+    threshold_set = mallopt(_M_MMAP_THRESHOLD, min(mmap_threshold, 2**31 - 1)) == 1
+    return mallopt(_M_TOP_PAD, min(pad_bytes, 2**31 - 1)) == 1 and threshold_set
