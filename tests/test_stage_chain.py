@@ -170,3 +170,60 @@ def test_run_chain_ends_at_a_stop_or_an_outcome_other_than_done(monkeypatch):
     stages = _Stages(monkeypatch, {"export", "eval"}, outcomes={"train": "stopped"})
     outcome, report = _chain(stages)
     assert outcome == "stopped" and [c[0] for c in stages.calls] == ["train"]
+
+
+@pytest.mark.parametrize("outcome, code", [("done", stage_base.EXIT_DONE), ("stopped", stage_base.EXIT_STOPPED)])
+def test_a_stage_process_says_its_work_is_done_before_it_exits(tmp_path, capsys, outcome, code):
+    """The driver ends the last stage of a process at this event (pipeline._run_stage), not at the
+    exit, so the kernel's teardown of the process is not counted in the stage's span; a stop sends none."""
+    import signal
+    root = tmp_path / "t5_adapter"
+    assert cli("new", "--project", str(root), "--pack", "t5xxl_pixart").returncode == 0
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert stage_base.stage_main("corpus", lambda project, report, should_stop: outcome,
+                                     ["--project", str(root)]) == code
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    marks = [e for e in events if e["type"] == "status" and e["payload"].get(stage_base.WORK_DONE)]
+    if outcome == "done":
+        assert marks == [events[-1]] and marks[0]["payload"]["status"] == "done"
+    else:
+        assert marks == []
+
+
+_FAKE_STAGE = """
+import json, os, sys, time
+print(json.dumps({"time": time.time(), "type": "log", "payload": {"level": "info", "message": "working"}}), flush=True)
+print(json.dumps({"time": 1000.0, "type": "status", "payload": {"status": "done", "work_done": True}}), flush=True)
+os._exit(int(os.environ.get("FAKE_STAGE_EXIT", "0")))
+"""
+
+
+@pytest.mark.parametrize("exit_code, status", [(0, "done"), (1, "failed")])
+def test_the_driver_ends_a_process_s_last_stage_at_its_work_done_event(tmp_path, monkeypatch, exit_code, status):
+    """A stage process's work_done stamp (here a fixed 1000.0) is the stage's finished time when it
+    exits with EXIT_DONE; the exit code still decides the outcome, and a failure ends at the exit."""
+    import trainer_core.pipeline as pipeline
+    from trainer_core.project import Project
+    from trainer_core.stages import StageSpec
+    root = tmp_path / "t5_adapter"
+    assert cli("new", "--project", str(root), "--pack", "t5xxl_pixart").returncode == 0
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "fake_stage_mod.py").write_text(_FAKE_STAGE)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "mods"))
+    monkeypatch.setenv("FAKE_STAGE_EXIT", str(exit_code))
+    monkeypatch.setattr(pipeline, "STAGES", (StageSpec("corpus", "Corpus", "fake_stage_mod"),))
+    project = Project.open(root)
+    assert pipeline.run_pipeline(project, only=["corpus"]) == (0 if status == "done" else 1)
+    entry = json.loads((root / "state.json").read_text())["stages"]["corpus"]
+    assert entry["status"] == status
+    if status == "done":
+        assert entry["finished"] == 1000.0
+    else:
+        assert entry["finished"] > entry["started"] > 1000.0
+    events = _stage_events(root, "corpus")
+    assert not any(e["payload"].get(stage_base.WORK_DONE) for e in events)      # not passed on as an event
+    assert any(e["payload"].get("message") == "working" for e in events)

@@ -31,7 +31,7 @@ from trainer_core.project import Project, remember_last_project
 from trainer_core.runner import LOCK_FD_ENV, acquire_run_lock, child_env, read_pid_file, write_pid_file
 from trainer_core.stages import STAGE_NAMES, STAGES, StageSpec, stage_done, stage_wanted
 from trainer_core.contract.dist import launcher_argv
-from trainer_core.stages.base import EXIT_DONE, EXIT_STOPPED, HANDOFF, PARENT_PID_ENV, RUN_ID_ENV
+from trainer_core.stages.base import EXIT_DONE, EXIT_STOPPED, HANDOFF, PARENT_PID_ENV, RUN_ID_ENV, WORK_DONE
 from trainer_core.term_progress import TerminalBars
 
 __all__ = ["Driver", "run_pipeline", "main", "check_only"]
@@ -281,7 +281,7 @@ class Driver:
         self.emit("status", stage=spec.name, status="running", pid=self.child.pid, forced=forced)
         if self.stop_reason:  # a signal that arrived while we were spawning
             self.request_stop(self.stop_reason)
-        last_error = None
+        last_error, work_done_at = None, None
         assert self.child.stdout is not None
         for raw in self.child.stdout:
             event = parse_event(raw)
@@ -292,6 +292,9 @@ class Driver:
                 continue
             if event["type"] == "error":
                 last_error = event["payload"].get("message")
+            if event["type"] == "status" and event["payload"].get(WORK_DONE):
+                work_done_at = event["time"]      # the stage's end; the exit code still decides its outcome
+                continue
             if chain and event["type"] == "status" and event["payload"].get(HANDOFF) == chain[0].name:
                 self._handoff(spec, chain[0], event["time"])
                 spec = chain.pop(0)
@@ -313,7 +316,8 @@ class Driver:
             if last_error is None:
                 self.emit("error", stage=spec.name, message=error + " (see pipeline.log)")
         self.log(f"{outcome}", spec.name)
-        self.emit("status", stage=spec.name, status=outcome, finished=time.time(),
+        finished = work_done_at if outcome == "done" and work_done_at is not None else time.time()
+        self.emit("status", stage=spec.name, status=outcome, finished=finished,
                   **({"error": error} if error else {}))
         return outcome, error
 

@@ -15,8 +15,12 @@ next stages after a "done": before each it checks from disk that the stage is st
 is not when training did not improve best.pt), then reports a status event with `handoff` naming
 it, which the driver takes as "the previous stage is done, this one has begun in the same pid".
 The chain ends at the first stage that is not to do, at a stop request, or at anything but
-"done"; the driver then carries on as usual. A run() that takes a `shared` dict gets one for the
-whole chain (precompute keeps its loaded models there for the second split).
+"done"; the driver then carries on as usual. The last stage's "done" is reported as a status event with
+`work_done` before the process exits: the driver records the stage as finished at that moment, so
+the kernel's teardown of the process (~0.1 s a GB of memory) falls between stages, as it does
+between the stages of a chain, and the driver still takes the outcome from the exit code. A run()
+that takes a `shared` dict gets one for the whole chain (precompute keeps its loaded models there
+for the second split).
 """
 from __future__ import annotations
 
@@ -40,12 +44,14 @@ from trainer_core.base.locks import FileLock
 from trainer_core.project import Project
 from trainer_core.base.procs import LOCK_FD_ENV, write_pid_file
 
-__all__ = ["EXIT_DONE", "EXIT_FAILED", "EXIT_STOPPED", "HANDOFF", "StopRequest", "stage_main", "exit_process", "never",
-           "RUN_ID_ENV", "PARENT_PID_ENV"]
+__all__ = ["EXIT_DONE", "EXIT_FAILED", "EXIT_STOPPED", "HANDOFF", "WORK_DONE", "StopRequest", "stage_main",
+           "exit_process", "never", "RUN_ID_ENV", "PARENT_PID_ENV"]
 
 EXIT_DONE, EXIT_FAILED, EXIT_STOPPED = 0, 1, 4
 # a status payload key: "this stage is done, the same process now runs the stage named here"
 HANDOFF = "handoff"
+# a status payload key: "the last stage's work is done, the process is exiting" (its exit code decides)
+WORK_DONE = "work_done"
 RUN_ID_ENV = "GGUF_TRAINER_RUN_ID"
 PARENT_PID_ENV = "GGUF_TRAINER_PARENT_PID"
 
@@ -210,6 +216,8 @@ def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
         outcome = run_chain(_module_of(run), run, project, report, stop,
                             {"split": args.split} if args.split else {}, args.then, args.force)
         _report_vram(report)
+        if main and outcome == "done":
+            report("status", status="done", **{WORK_DONE: True})
         return EXIT_STOPPED if outcome == "stopped" else EXIT_DONE
     except TrainerError as e:
         report("error", message=str(e))
