@@ -56,7 +56,7 @@ from typing import Any, Iterator
 
 import torch
 
-from trainer_core.base.allocator import keep_heap_pad
+from trainer_core.base.allocator import keep_heap_pad, keep_large_blocks
 from trainer_core.contract.adapter import build_adapter
 from trainer_core.demo.build import build_demo
 from trainer_core.demo.fixtures import demo_prompts
@@ -70,7 +70,7 @@ from trainer_core.stages import corpus as corpus_stage
 from trainer_core.stages import precompute as precompute_stage
 from trainer_core.stages.base import never
 from trainer_core.contract.corpus_files import read_corpus
-from trainer_core.stages.train import Trainer
+from trainer_core.stages.train import Trainer, large_block_step
 from trainer_core.contract.stream import Batch, ShardStream
 
 BENCH_SEED = 7    # the synthetic corpus; the demo's own prompts use trainer_core.demo.build.SEED
@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["GGUF_TRAINER_HOME"] = str(Path(tmp) / "home")   # keep the user's last project
         try:
             project = build_project(Path(tmp) / "1x", args, args.prompts)
+            if not args.no_heap_pad and large_block_step(Trainer(project, ListReport())):
+                keep_large_blocks()     # as the train stage's process does (stages/train.py run): A and B alike
             figures = measure(project, args)
         except TrainerError as e:   # e.g. --device cuda on a machine without one
             log(f"bench/train.py: {e}")
@@ -378,6 +380,8 @@ def rss_child(root: Path) -> int:
     the address space it replaces), while VmHWM belongs to the child's own address space."""
     project = Project.open(root)
     trainer = Trainer(project, ListReport())
+    if "--no-heap-pad" not in sys.argv and large_block_step(trainer):
+        keep_large_blocks()                   # as the stage's process does
     most = sample_after_each_batch(trainer.stream, ("RssFile", "RssAnon"))
     setup_peak, ready = proc_status_mib("VmHWM"), proc_status_mib("VmRSS")
     reset = reset_peak_rss()                  # from here VmHWM is the peak of train() alone

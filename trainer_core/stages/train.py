@@ -26,6 +26,7 @@ import torch
 
 from trainer_core.contract import checkpoints
 from trainer_core.contract.adapter import AdapterConfig, build_adapter, count_parameters
+from trainer_core.base.allocator import keep_large_blocks, needs_large_blocks
 from trainer_core.base.atomic import atomic_write_text
 from trainer_core.contract.dist import close_group, init_group, rank_device
 from trainer_core.contract.dist import current as current_rank
@@ -462,8 +463,21 @@ def _step_of(line: str) -> int | None:
         return None
 
 
+def large_block_step(trainer: Trainer) -> bool:
+    """Whether a CPU step's [B, R, D] float32 temporaries (a resampler's fixed R query rows) are above
+    glibc's mmap ceiling, so that each would be mapped and faulted in again at every step."""
+    c = trainer.config
+    if trainer.device.type != "cpu" or not c.num_queries:
+        return False
+    return needs_large_blocks(trainer.t.batch_size * c.num_queries * c.out_dim * 4)
+
+
 def run(project: Project, report: Report, should_stop: Callable[[], bool] = never) -> str:
-    return Trainer(project, report).train(should_stop)
+    trainer = Trainer(project, report)
+    if large_block_step(trainer) and keep_large_blocks():     # the stage's own process (base/allocator.py)
+        report("log", level="info", message="CPU steps above 32 MiB a tensor: freed memory stays in the heap "
+                                            "(up to 1 GiB) instead of being unmapped at every step")
+    return trainer.train(should_stop)
 
 
 def metric_series(project: Project, name: str = "metrics") -> list[dict[str, Any]]:
