@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_heap_pad:
         keep_heap_pad()         # as every stage process does (stage_main): A and B alike
     if args.rss_child:
-        return rss_child(Path(args.rss_child))
+        return rss_child(Path(args.rss_child), heap_settings=not args.no_heap_pad)
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         os.environ["GGUF_TRAINER_HOME"] = str(Path(tmp) / "home")   # keep the user's last project
         try:
@@ -374,13 +374,13 @@ def peak_rss_child(project: Project, args: argparse.Namespace) -> dict[str, Any]
     return figures
 
 
-def rss_child(root: Path) -> int:
+def rss_child(root: Path, heap_settings: bool = True) -> int:
     """One stage run; peak RSS read from /proc/self/status, not ru_maxrss: a child started by a
     big parent inherits the parent's high-water mark in ru_maxrss (Linux sets it at exec from
     the address space it replaces), while VmHWM belongs to the child's own address space."""
     project = Project.open(root)
     trainer = Trainer(project, ListReport())
-    if "--no-heap-pad" not in sys.argv and large_block_step(trainer):
+    if heap_settings and large_block_step(trainer):
         keep_large_blocks()                   # as the stage's process does
     most = sample_after_each_batch(trainer.stream, ("RssFile", "RssAnon"))
     setup_peak, ready = proc_status_mib("VmHWM"), proc_status_mib("VmRSS")
