@@ -15,6 +15,7 @@ import torch
 
 from trainer_core.base.allocator import MMAP_THRESHOLD, needs_large_blocks
 from trainer_core.contract.adapter import AdapterConfig
+from trainer_core.stages.precompute import large_block_batches
 from trainer_core.stages.train import large_block_step
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
@@ -56,6 +57,19 @@ def test_only_a_cpu_resampler_step_above_the_ceiling_takes_the_large_block_heap(
     assert not large_block_step(trainer(llada, 8))       # 21 MB: the pinned threshold keeps it in the heap
     assert not large_block_step(trainer(llada, 32, "meta"))
     assert not large_block_step(trainer(token, 64))
+
+
+def test_only_a_cpu_student_whose_batches_pass_the_ceiling_takes_the_large_block_heap_in_precompute():
+    student = SimpleNamespace(config=SimpleNamespace(hidden_size=1024, intermediate_size=3072))
+
+    def budgets(tokens):
+        return SimpleNamespace(student_tok_budget=tokens)
+    cpu = torch.device("cpu")
+    assert large_block_batches(student, budgets(12288), cpu)        # 12288 × 3072 × 2 B = 75 MB of gate rows
+    assert not large_block_batches(student, budgets(4096), cpu)     # 25 MB
+    assert not large_block_batches(student, budgets(12288), torch.device("cuda"))   # the batch lives on the GPU
+    wide = SimpleNamespace(config=SimpleNamespace(hidden_size=4096, intermediate_size=1024))
+    assert large_block_batches(wide, budgets(4096), cpu)            # 4096 × 4096 × 4 B of float32 norm rows
 
 
 @pytest.mark.skipif(not GLIBC, reason="the settings are glibc's; other C libraries are left alone")

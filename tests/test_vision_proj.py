@@ -90,3 +90,17 @@ def test_a_saved_fit_is_reused_only_with_its_shape(tmp_path, planted):
     path.write_bytes(b"damaged")
     assert load_vision_proj(path, IN, VIS) is None
     assert load_vision_proj(tmp_path / "absent.pt", IN, VIS) is None
+
+
+@pytest.mark.parametrize("rows_per_call", [1, 6, 8, 10_000])
+def test_mapping_the_images_in_batched_matmuls_gives_each_image_its_own_rows(rows_per_call):
+    from trainer_core.packs.qwen3vl.vision_pack import map_rows
+    g = torch.Generator().manual_seed(3)
+    weight = torch.randn(8, 16, generator=g)                                    # vision_proj [in, vis]
+    blocks = [torch.randn(n, 16, generator=g).to(torch.bfloat16) for n in (3, 5, 1, 7, 2)]
+    mapped = map_rows(blocks, weight, rows_per_call)
+    assert [m.shape for m in mapped] == [torch.Size([b.shape[0], 8]) for b in blocks]
+    for m, b in zip(mapped, blocks):
+        assert m.dtype == torch.float32
+        torch.testing.assert_close(m, b.float() @ weight.T)
+    assert map_rows([], weight) == []

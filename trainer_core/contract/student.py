@@ -198,7 +198,8 @@ class Student:
         [B, L] replace the default 0..L-1 (FLUX.3 puts its pads at position 1)."""
         with torch.no_grad():
             out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device, torch.long),
-                             position_ids=None if position_ids is None else position_ids.to(self.device))
+                             position_ids=None if position_ids is None else position_ids.to(self.device),
+                             use_cache=False)
         return out.last_hidden_state.float()  # [B, L, H]
 
     def rows(self, token_lists: list[list[int]], max_len: int, max_batch: int, tok_budget: int
@@ -235,8 +236,8 @@ class Student:
                 for row, i in enumerate(members):
                     for start, rows in vision[i]:
                         x[row, start:start + rows.shape[0]] = rows.to(self.device, x.dtype)
-                states = self.model(inputs_embeds=x, attention_mask=mask.to(self.device, torch.long)
-                                    ).last_hidden_state.to("cpu", torch.bfloat16)
+                states = self.model(inputs_embeds=x, attention_mask=mask.to(self.device, torch.long),
+                                    use_cache=False).last_hidden_state.to("cpu", torch.bfloat16)
             for row, i in enumerate(members):
                 out[i] = states[row, :len(token_lists[i])].clone()
         return out  # type: ignore[return-value]

@@ -28,9 +28,10 @@ from trainer_core.base.events import Report
 from trainer_core.project import Project
 from trainer_core.contract.shards import (contract_for, expected_shards, mock_enabled, prepare_split, read_contract,
                                           remove_temps, shard_files, shard_path, write_shard)
+from trainer_core.base.allocator import keep_large_blocks, needs_large_blocks
 from trainer_core.stages.base import exit_process, never, stage_main
 
-__all__ = ["run", "load_models"]
+__all__ = ["run", "load_models", "large_block_batches"]
 
 
 def load_models(project: Project, report: Report) -> tuple[Any, Any, Any]:
@@ -55,6 +56,15 @@ def load_models(project: Project, report: Report) -> tuple[Any, Any, Any]:
     return student, teacher, device
 
 
+def large_block_batches(student: Any, budgets: Any, device: Any) -> bool:
+    """Whether a CPU student batch at the token budget makes temporaries above glibc's mmap ceiling (its
+    MLP's gate/up rows in bf16 or an RMSNorm's float32 rows), which would be mmapped and faulted in again
+    at every batch (base/allocator.py; Qwen-Image at the peer geometry: 12,288 tokens × 3072 × 2 B = 75 MB)."""
+    c = student.config
+    per_token = max(2 * int(c.intermediate_size), 4 * int(c.hidden_size))
+    return device.type == "cpu" and needs_large_blocks(budgets.student_tok_budget * per_token)
+
+
 def run(project: Project, report: Report, should_stop: Callable[[], bool] = never,
         split: str = "train", shared: dict[str, Any] | None = None) -> str:
     # the models, loaded on the first missing shard; kept in the chain's dict for the other split
@@ -67,8 +77,12 @@ def _models(project: Project, report: Report, loaded: list[tuple[Any, ...]]) -> 
     if not loaded:
         student, teacher, device = load_models(project, report)
         pack = project.pack
+        budgets = pack.budgets(project, device)
+        if large_block_batches(student, budgets, device) and keep_large_blocks():   # before prepare's fit
+            report("log", level="info", message="CPU student batches above 32 MiB a tensor: freed memory stays "
+                                                "in the heap (up to 1 GiB) instead of being unmapped at every batch")
         session = pack.prepare(project, student, teacher, report)
-        loaded.append((student, teacher, device, session, pack.budgets(project, device)))
+        loaded.append((student, teacher, device, session, budgets))
     return loaded[0]
 
 

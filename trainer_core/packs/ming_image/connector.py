@@ -97,7 +97,8 @@ class MingConnector(nn.Module):
         b, q, _ = x.shape
         zeros = torch.zeros(b, 1, q, q, dtype=x.dtype, device=x.device)              # 4-D: used as is, no causal part
         positions = torch.arange(q, device=x.device)[None].expand(b, q)
-        return self.model(inputs_embeds=x, attention_mask=zeros, position_ids=positions).last_hidden_state
+        return self.model(inputs_embeds=x, attention_mask=zeros, position_ids=positions,
+                          use_cache=False).last_hidden_state
 
 
 class _DirectNorm(nn.Module):
