@@ -19,7 +19,10 @@ Blocks above that ceiling are still mmapped at each allocation. A train step on 
 ~200,000 pages a step; `keep_large_blocks` turns mmap off for such a process (every block comes from
 the heap) and keeps up to TRIM_BYTES of freed heap mapped: 40 LLaDA steps at batch 32 took 27.4 s
 with 197,000 faults a step, 18.5 s with 8,800, at a peak RSS 370 MiB higher (1692 -> 2065 MiB). The
-train stage calls it only when its step's blocks exceed MMAP_THRESHOLD (stages/train.py).
+train stage calls it only when its step's blocks exceed MMAP_THRESHOLD (stages/train.py); precompute
+when a CPU student's batch at its token budget does (stages/precompute.py `large_block_batches`: the
+Qwen-Image student forward at the peer geometry, 12,288 tokens × 3072 bf16 = 75 MB of MLP rows, took
+3.08 s for 364 samples with them mmapped, 2.15 s from the heap).
 
 A MALLOC_TOP_PAD_ or MALLOC_MMAP_THRESHOLD_ the user set in the environment wins (neither is set
 then, nor the large-block mode); other C libraries are left alone.
