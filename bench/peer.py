@@ -10,7 +10,8 @@ as a pig_clip f16 GGUF beside the real Qwen BPE tokenizer folder; 300 train / 64
 builds data/{train,val}.jsonl + data/images once, copied byte for byte into both projects (300 train
 and 64 val samples). Both trainers run their mock teacher (GGUF_TRAINER_MOCK_TEACHER=1), which has the
 real row shapes without a teacher on disk (T5-XXL 4096-d; LLaDA 256 × 2560; Qwen3-VL-4B 2560-d;
-Qwen3-VL-8B 4096-d), so no teacher material is written for either. Settings of both: CPU, adapter width
+Qwen3-VL-8B 4096-d; FLUX.3 Klein's stacked Qwen3-VL-4B layers), so no teacher material is written
+for either. Settings of both: CPU, adapter width
 128, depth 2, batch 8, warmup 20, log / val / save every 10 / 50 / 50, 200 steps; text packs read the
 prompt files in "files" corpus mode; the precompute budgets, shard sizes, lr, σ floor and seed of the
 peer's project are set to ours (Qwen-Image: reference areas 128² / 192², two-image 128², as our demo).
@@ -23,6 +24,11 @@ project (materials and corpus kept, nothing else). A stage's time is its started
 that trainer's own state.json, the whole run the wall clock of the process; peak RSS is ru_maxrss of
 os.wait4 (the run process and every child it waited for). The load average is recorded before each
 run: the machine should be quiet. Figures are medians over the rounds; ratio = ours ÷ theirs.
+
+The Qwen3.5 bridge and Ming packs are not here: our export refuses to write their adapter without
+the teacher's tokenizer.json (the vocabulary the engine needs), which 0.0.14 skips with a warning,
+and pointing both at a stand-in tokenizer makes ours read the teacher's config.json as well — equal
+work for those two needs a teacher-material fixture both trainers accept.
 
 The last stdout line is JSON: {"date", "machine", "rounds", "steps", "load": [1-min load before each
 run], pack_id: {"ours": {stage: s, "total": s, "peak_rss_mib": m, "load_before": [...]},
@@ -49,8 +55,8 @@ REPO = Path(__file__).resolve().parents[1]
 PEER_VERSION = "0.0.14"
 DEFAULT_PEER = "/tmp/peer-venv/bin/python"
 STAGES = ("precompute_val", "precompute_train", "train", "export", "eval")
-PACKS = ("t5xxl_pixart", "llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage")
-FOLDERS = {"t5xxl_pixart": "t5_adapter", "llada_image": "llada_adapter",
+PACKS = ("t5xxl_pixart", "llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage", "qwen3vl_flux3")
+FOLDERS = {"t5xxl_pixart": "t5_adapter", "llada_image": "llada_adapter", "qwen3vl_flux3": "qwen3vl_4b_it_adapter",
            "qwen3vl_mageflow": "qwen3vl_4b_adapter", "qwen3vl_qwenimage": "qwen3vl_8b_adapter"}
 IMAGE_PACKS = ("qwen3vl_mageflow", "qwen3vl_qwenimage")
 N_TRAIN, N_VAL, N_IMAGES = 300, 64, 96
