@@ -25,10 +25,12 @@ that trainer's own state.json, the whole run the wall clock of the process; peak
 os.wait4 (the run process and every child it waited for). The load average is recorded before each
 run: the machine should be quiet. Figures are medians over the rounds; ratio = ours ÷ theirs.
 
-The Qwen3.5 bridge and Ming packs are not here: our export refuses to write their adapter without
-the teacher's tokenizer.json (the vocabulary the engine needs), which 0.0.14 skips with a warning,
-and pointing both at a stand-in tokenizer makes ours read the teacher's config.json as well — equal
-work for those two needs a teacher-material fixture both trainers accept.
+Ming's export embeds the Ling vocabulary (0.0.14 skips it with a warning when the teacher is absent,
+ours refuses), so both projects point materials.teacher at our demo's tiny Ling tokenizer (real
+special ids) and leave out what 0.0.14 lacks (layer samples, the vision bridge) or cannot do without
+weights (the vision export). The Qwen3.5 bridge is not here: 0.0.14's mock checks the tokenizer's
+ordinary ids against the real Qwen3.5 vocabulary ("user" = 846), which cannot be downloaded here, and
+without one it exports no vocabulary where ours refuses — no equal work offline.
 
 The last stdout line is JSON: {"date", "machine", "rounds", "steps", "load": [1-min load before each
 run], pack_id: {"ours": {stage: s, "total": s, "peak_rss_mib": m, "load_before": [...]},
@@ -55,10 +57,12 @@ REPO = Path(__file__).resolve().parents[1]
 PEER_VERSION = "0.0.14"
 DEFAULT_PEER = "/tmp/peer-venv/bin/python"
 STAGES = ("precompute_val", "precompute_train", "train", "export", "eval")
-PACKS = ("t5xxl_pixart", "llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage", "qwen3vl_flux3")
+PACKS = ("t5xxl_pixart", "llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage", "qwen3vl_flux3", "ming_image")
 FOLDERS = {"t5xxl_pixart": "t5_adapter", "llada_image": "llada_adapter", "qwen3vl_flux3": "qwen3vl_4b_it_adapter",
-           "qwen3vl_mageflow": "qwen3vl_4b_adapter", "qwen3vl_qwenimage": "qwen3vl_8b_adapter"}
-IMAGE_PACKS = ("qwen3vl_mageflow", "qwen3vl_qwenimage")
+           "qwen3vl_mageflow": "qwen3vl_4b_adapter", "qwen3vl_qwenimage": "qwen3vl_8b_adapter",
+           "ming_image": "ming_adapter"}
+IMAGE_PACKS = ("qwen3vl_mageflow", "qwen3vl_qwenimage", "ming_image")
+TEACHER_TOKENIZERS = ("ming_image",)
 N_TRAIN, N_VAL, N_IMAGES = 300, 64, 96
 
 # the issue's settings, the same for both trainers
@@ -71,6 +75,12 @@ COMMON = {
 IMAGE_CORPUS = {"corpus.presets": [], "corpus.image_presets": [], "corpus.n_image": 150, "corpus.n_two": 20,
                 "corpus.n_text": 130, "corpus.n_val_image": 32, "corpus.n_val_text": 32}
 SMALL_AREAS = {"corpus.ref_areas": [[16384, 0.5], [36864, 0.5]], "corpus.two_image_max_area": 16384}
+# the work both trainers have: not Ming's layer samples, vision bridge or vision export (0.0.14 has
+# none of the first two; its vision export needs the teacher's tower); one image per sample
+PACK_EXTRAS: dict[str, dict[str, object]] = {
+    "ming_image": {**SMALL_AREAS, "corpus.n_two": 0, "corpus.n_layer": 0, "corpus.n_val_layer": 0,
+                   "export.vis_bridge": False, "export.export_vision": False},
+}
 # settings whose value in the peer's project is made ours (pack defaults of both may differ)
 COPIED = ("precompute.shard_size", "precompute.val_shard_size", "precompute.teacher_batch",
           "precompute.tok_budget", "precompute.student_batch", "precompute.student_tok_budget",
@@ -125,6 +135,16 @@ def build_inputs(folder: Path, images: bool) -> None:
         (folder / ".images-done").touch()
 
 
+def build_teacher_tokenizer(pack: str, inputs: Path) -> None:
+    """The teacher material both trainers' exports read for `pack` (the vocabulary the adapter GGUF
+    carries): our demo's tiny Ling tokenizer, with the real special ids (no weights: the mocks run)."""
+    folder = inputs / f"{pack}-teacher"
+    if not (folder / ".done").is_file():
+        from trainer_core.packs.ming_image.tiny import write_tiny_ling_tokenizer
+        write_tiny_ling_tokenizer(folder / "mllm")
+        (folder / ".done").touch()
+
+
 def pack_settings(pack: str, inputs: Path, steps: int) -> dict[str, object]:
     """Every setting both projects of `pack` get (dotted keys, JSON values)."""
     settings: dict[str, object] = {**COMMON, "train.steps": steps,
@@ -135,6 +155,9 @@ def pack_settings(pack: str, inputs: Path, steps: int) -> dict[str, object]:
                                          "corpus.extra_files": [str(inputs / "prompts.txt")]})
         if pack == "qwen3vl_qwenimage":
             settings.update(SMALL_AREAS)
+        settings.update(PACK_EXTRAS.get(pack, {}))
+        if pack in TEACHER_TOKENIZERS:
+            settings["materials.teacher.path"] = str(inputs / f"{pack}-teacher")
     else:
         settings.update({"corpus.mode": "files", "corpus.train_file": str(inputs / "train.txt"),
                          "corpus.val_file": str(inputs / "val.txt")})
@@ -246,6 +269,8 @@ def _ratio(ours: dict, theirs: dict) -> dict[str, float | None]:
 def measure(pack: str, args: argparse.Namespace, work: Path, loads: list[float]) -> dict[str, object]:
     inputs = work / "inputs"
     build_inputs(inputs, images=pack in IMAGE_PACKS)
+    if pack in TEACHER_TOKENIZERS:
+        build_teacher_tokenizer(pack, inputs)
     base = work / pack
     shutil.rmtree(base, ignore_errors=True)
     settings = pack_settings(pack, inputs, args.steps)

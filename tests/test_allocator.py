@@ -27,7 +27,8 @@ import json, resource, sys, torch
 from trainer_core.base import allocator
 mode = sys.argv[1]
 ok = {"none": lambda: True, "pad": allocator.keep_heap_pad,
-      "large": lambda: allocator.keep_heap_pad() and allocator.keep_large_blocks()}[mode]()
+      "large": lambda: allocator.keep_heap_pad() and allocator.keep_large_blocks(),
+      "large_alone": allocator.keep_large_blocks}[mode]()
 for _ in range(20):
     torch.empty(16 << 20).fill_(1.0)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -79,6 +80,13 @@ def test_the_large_block_mode_keeps_a_64_mib_block_mapped_across_steps():
     pages = (64 << 20) // os.sysconf("SC_PAGE_SIZE")
     assert pad["faults"] >= 10 * pages          # mmapped and faulted in again each time
     assert large["faults"] < pages // 4         # reused from the heap
+
+
+@pytest.mark.skipif(not GLIBC, reason="the settings are glibc's; other C libraries are left alone")
+def test_a_process_that_did_not_take_the_heap_pad_keeps_its_own_heap():
+    alone = _probe("large_alone")       # a stage run in-process: the test suite, a bench
+    assert alone["set"] is False
+    assert alone["faults"] >= 10 * (64 << 20) // os.sysconf("SC_PAGE_SIZE")   # glibc's own mmap, each time
 
 
 @pytest.mark.skipif(not GLIBC, reason="the settings are glibc's; other C libraries are left alone")

@@ -57,13 +57,18 @@ def _mallopt():
     return mallopt
 
 
+_pad_set = False             # keep_heap_pad ran in this process: it is a stage process (stages/base.py)
+
+
 def keep_heap_pad(pad_bytes: int = PAD_BYTES, mmap_threshold: int = MMAP_THRESHOLD) -> bool:
     """Set glibc's M_TOP_PAD and M_MMAP_THRESHOLD for this process; True when both were set."""
+    global _pad_set
     mallopt = _mallopt()
     if mallopt is None:
         return False
     threshold_set = mallopt(_M_MMAP_THRESHOLD, min(mmap_threshold, 2**31 - 1)) == 1
-    return mallopt(_M_TOP_PAD, min(pad_bytes, 2**31 - 1)) == 1 and threshold_set
+    _pad_set = mallopt(_M_TOP_PAD, min(pad_bytes, 2**31 - 1)) == 1 and threshold_set
+    return _pad_set
 
 
 def needs_large_blocks(block_bytes: int) -> bool:
@@ -73,9 +78,11 @@ def needs_large_blocks(block_bytes: int) -> bool:
 
 def keep_large_blocks(trim_bytes: int = TRIM_BYTES) -> bool:
     """Take every block from the heap (no mmap) and give freed heap back to the kernel only above
-    `trim_bytes`; True when both were set."""
+    `trim_bytes`; True when both were set. Only in a process that took the heap pad first (a stage's
+    own): one that runs a stage in-process (the test suite, a bench) keeps its own heap, which would
+    otherwise hold up to `trim_bytes` of freed memory for the rest of its life."""
     mallopt = _mallopt()
-    if mallopt is None:
+    if mallopt is None or not _pad_set:
         return False
     no_mmap = mallopt(_M_MMAP_MAX, 0) == 1
     return mallopt(_M_TRIM_THRESHOLD, min(trim_bytes, 2**31 - 1)) == 1 and no_mmap
