@@ -75,9 +75,11 @@ COMMON = {
 IMAGE_CORPUS = {"corpus.presets": [], "corpus.image_presets": [], "corpus.n_image": 150, "corpus.n_two": 20,
                 "corpus.n_text": 130, "corpus.n_val_image": 32, "corpus.n_val_text": 32}
 SMALL_AREAS = {"corpus.ref_areas": [[16384, 0.5], [36864, 0.5]], "corpus.two_image_max_area": 16384}
-# the work both trainers have: not Ming's layer samples, vision bridge or vision export (0.0.14 has
-# none of the first two; its vision export needs the teacher's tower); one image per sample
+# per pack, beside the image corpus (Qwen-Image: our demo's small areas); Ming: the work both trainers
+# have, not its layer samples, vision bridge or vision export (0.0.14 has none of the
+# first two; its vision export needs the teacher's tower); one image per sample
 PACK_EXTRAS: dict[str, dict[str, object]] = {
+    "qwen3vl_qwenimage": SMALL_AREAS,
     "ming_image": {**SMALL_AREAS, "corpus.n_two": 0, "corpus.n_layer": 0, "corpus.n_val_layer": 0,
                    "export.vis_bridge": False, "export.export_vision": False},
 }
@@ -153,8 +155,6 @@ def pack_settings(pack: str, inputs: Path, steps: int) -> dict[str, object]:
     if pack in IMAGE_PACKS:
         settings.update(IMAGE_CORPUS, **{"corpus.image_folders": [str(inputs / "images")],
                                          "corpus.extra_files": [str(inputs / "prompts.txt")]})
-        if pack == "qwen3vl_qwenimage":
-            settings.update(SMALL_AREAS)
         settings.update(PACK_EXTRAS.get(pack, {}))
         if pack in TEACHER_TOKENIZERS:
             settings["materials.teacher.path"] = str(inputs / f"{pack}-teacher")
