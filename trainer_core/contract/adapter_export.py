@@ -30,7 +30,8 @@ def checkpoint_model(ck: dict[str, Any]) -> tuple["AdapterConfig", "torch.nn.Mod
     from trainer_core.contract.adapter import AdapterConfig, build_adapter
     config = AdapterConfig.from_dict(ck["config"])
     model = build_adapter(config, init=False)                  # every weight comes from the checkpoint
-    model.load_state_dict({k: v.float() for k, v in ck["model"].items()})
+    # assign: the checkpoint's (f32, possibly mapped) tensors become the weights, no second copy
+    model.load_state_dict({k: v.float() for k, v in ck["model"].items()}, assign=True)
     return config, model.eval()
 
 

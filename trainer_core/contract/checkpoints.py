@@ -153,12 +153,15 @@ def _read_back(path: Path) -> Any:
         return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def load(project_or_path: "Project | Path", which: str = BEST, map_location: Any = "cpu") -> dict[str, Any]:
-    """A checkpoint's record; refuses a missing, damaged or other-format file with one sentence."""
+def load(project_or_path: "Project | Path", which: str = BEST, map_location: Any = "cpu",
+         mmap: bool = False) -> dict[str, Any]:
+    """A checkpoint's record; refuses a missing, damaged or other-format file with one sentence.
+    `mmap`: the tensors map the file copy-on-write instead of being read into memory (export and
+    eval only read them; a rename over the file later leaves the mapping on the old one)."""
     import torch
     path = project_or_path if isinstance(project_or_path, Path) else weights_path(project_or_path, which)
     try:
-        record = torch.load(path, map_location=map_location, weights_only=False)
+        record = torch.load(path, map_location=map_location, weights_only=False, mmap=mmap)
     except FileNotFoundError:
         raise CheckpointError(f"{path} does not exist: the train stage has not saved it yet.") from None
     except Exception as e:

@@ -211,8 +211,11 @@ def _sq_sums(p: Tensor, t: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]
     """(Σ_m (p−t)², Σ_m t²) as 0-d float64 tensors: each row summed in the inputs' dtype (the same
     whatever batch the row is in), the rows in float64 — no float64 copy of whole batches."""
     d = p - t
-    err = _vdot(d, d).double()                                           # [B, R]
-    ref = _vdot(t, t).double()                                           # [B, R]
+    return masked_totals(_vdot(d, d).double(), _vdot(t, t).double(), mask)          # rows [B, R]
+
+
+def masked_totals(err: Tensor, ref: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """(Σ_m err, Σ_m ref) of per-row sums over the rows mask keeps (all when None)."""
     if mask is not None:                    # where, not err[mask]: no wait for the GPU
         zero = err.new_zeros(())
         err, ref = torch.where(mask, err, zero), torch.where(mask, ref, zero)
@@ -223,6 +226,11 @@ def rel_mse(pred: Tensor, target: Tensor, mask: Tensor | None = None) -> Tensor:
     """Σ_m(p−t)² / Σ_m t² over the rows mask keeps (all rows when None), a 0-d tensor."""
     _check(pred, target, mask)
     err, ref = _sq_sums(_wide(pred), _wide(target), mask)
+    return ratio_of_totals(err, ref)
+
+
+def ratio_of_totals(err: Tensor, ref: Tensor) -> Tensor:
+    """rel_mse from its two totals."""
     return err / ref.clamp_min(torch.finfo(ref.dtype).tiny)
 
 

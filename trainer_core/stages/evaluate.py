@@ -87,7 +87,7 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     gguf = project.gguf_path()
     if not gguf.is_file():
         raise TrainerError(f"There is nothing to evaluate: {gguf} does not exist (run the export stage).")
-    ck = checkpoints.load(project, checkpoints.BEST)
+    ck = checkpoints.load(project, checkpoints.BEST, mmap=True)
     device = pick_device(project.settings.train.device)
     started = time.monotonic()
     found = evaluate_gguf(project, gguf, ck, device)

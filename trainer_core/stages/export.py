@@ -40,7 +40,7 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
                                             f"{', '.join(str(p) for p in stale)}")
     if not checkpoints.exists(project, checkpoints.BEST):
         raise TrainerError("There is nothing to export: checkpoints/best.pt does not exist yet (train first).")
-    ck = checkpoints.load(project, checkpoints.BEST)
+    ck = checkpoints.load(project, checkpoints.BEST, mmap=True)
     if not project.pack.prepare_export(project, report, should_stop):      # e.g. Ming's vis_bridge fit
         return "stopped"
     out = export_checkpoint(project, ck, project.gguf_path(), "best", snapshot=False)

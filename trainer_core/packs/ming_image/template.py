@@ -205,10 +205,13 @@ def resize_bicubic(image: np.ndarray, h_out: int, w_out: int) -> np.ndarray:
     tall = np.zeros((h_out, w, src.shape[2]))                       # [h_out, W, C]
     for k in range(rows.shape[1]):
         tall += row_w[:, k, None, None] * src[rows[:, k]]
-    out = np.zeros((h_out, w_out, src.shape[2]))                    # [h_out, w_out, C]
+    # the column pass gathers along the leading axis too (whole contiguous rows: ~5x faster than
+    # gathering columns, the same sums in the same order)
+    tall = np.ascontiguousarray(tall.transpose(1, 0, 2))            # [W, h_out, C]
+    out = np.zeros((w_out, h_out, src.shape[2]))                    # [w_out, h_out, C]
     for k in range(cols.shape[1]):
-        out += col_w[None, :, k, None] * tall[:, cols[:, k]]
-    return out.astype(np.float32)
+        out += col_w[:, k, None, None] * tall[cols[:, k]]
+    return np.ascontiguousarray(out.transpose(1, 0, 2), dtype=np.float32)
 
 
 def preprocess_pixels(rgb: np.ndarray) -> np.ndarray:
