@@ -10,11 +10,12 @@ as a pig_clip f16 GGUF beside the real Qwen BPE tokenizer folder; 300 train / 64
 builds data/{train,val}.jsonl + data/images once, copied byte for byte into both projects (300 train
 and 64 val samples). Both trainers run their mock teacher (GGUF_TRAINER_MOCK_TEACHER=1), which has the
 real row shapes without a teacher on disk (T5-XXL 4096-d; LLaDA 256 × 2560; Qwen3-VL-4B 2560-d;
-Qwen3-VL-8B 4096-d; FLUX.3 Klein's stacked Qwen3-VL-4B layers), so no teacher material is written
-for either. Settings of both: CPU, adapter width
+Qwen3-VL-8B 4096-d; FLUX.3 Klein's stacked Qwen3-VL-4B layers; Ming and Qwen3.5 4096-d), so no
+teacher weights are written for either. Settings of both: CPU, adapter width
 128, depth 2, batch 8, warmup 20, log / val / save every 10 / 50 / 50, 200 steps; text packs read the
 prompt files in "files" corpus mode; the precompute budgets, shard sizes, lr, σ floor and seed of the
-peer's project are set to ours (Qwen-Image: reference areas 128² / 192², two-image 128², as our demo).
+peer's project are set to ours (Qwen-Image, Ming, the Qwen3.5 bridge: reference areas 128² / 192²,
+two-image 128², as our demo).
 
 Our project is made with `gguf-trainer new` + `set`; the peer's (it has no `new` and its `set` takes
 only the step count) the way its GUI's Create and Save do it: its Project.create, then its
@@ -25,12 +26,12 @@ that trainer's own state.json, the whole run the wall clock of the process; peak
 os.wait4 (the run process and every child it waited for). The load average is recorded before each
 run: the machine should be quiet. Figures are medians over the rounds; ratio = ours ÷ theirs.
 
-Ming's export embeds the Ling vocabulary (0.0.14 skips it with a warning when the teacher is absent,
-ours refuses), so both projects point materials.teacher at our demo's tiny Ling tokenizer (real
-special ids) and leave out what 0.0.14 lacks (layer samples, the vision bridge) or cannot do without
-weights (the vision export). The Qwen3.5 bridge is not here: 0.0.14's mock checks the tokenizer's
-ordinary ids against the real Qwen3.5 vocabulary ("user" = 846), which cannot be downloaded here, and
-without one it exports no vocabulary where ours refuses — no equal work offline.
+Ming's and the Qwen3.5 bridge's exports embed the teacher's vocabulary (0.0.14 skips it when the
+teacher is absent, ours refuses), so both projects point materials.teacher at a tiny tokenizer of the
+real format: Ming our demo's tiny Ling tokenizer (real special ids); Qwen3.5 our demo's tiny BPE with
+"user" and "assistant" moved to the real ids 0.0.14's mock checks (846, 74455) and a config.json with
+the real widths. Both leave out what 0.0.14 lacks or cannot do without weights: Ming's layer samples,
+vision bridge and vision export; the bridge's FLUX.3 Klein head (its caption samples need a VLM).
 
 The last stdout line is JSON: {"date", "machine", "rounds", "steps", "load": [1-min load before each
 run], pack_id: {"ours": {stage: s, "total": s, "peak_rss_mib": m, "load_before": [...]},
@@ -57,12 +58,13 @@ REPO = Path(__file__).resolve().parents[1]
 PEER_VERSION = "0.0.14"
 DEFAULT_PEER = "/tmp/peer-venv/bin/python"
 STAGES = ("precompute_val", "precompute_train", "train", "export", "eval")
-PACKS = ("t5xxl_pixart", "llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage", "qwen3vl_flux3", "ming_image")
+PACKS = ("t5xxl_pixart", "llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage", "qwen3vl_flux3", "ming_image",
+         "qwen35_bridge")
 FOLDERS = {"t5xxl_pixart": "t5_adapter", "llada_image": "llada_adapter", "qwen3vl_flux3": "qwen3vl_4b_it_adapter",
            "qwen3vl_mageflow": "qwen3vl_4b_adapter", "qwen3vl_qwenimage": "qwen3vl_8b_adapter",
-           "ming_image": "ming_adapter"}
-IMAGE_PACKS = ("qwen3vl_mageflow", "qwen3vl_qwenimage", "ming_image")
-TEACHER_TOKENIZERS = ("ming_image",)
+           "ming_image": "ming_adapter", "qwen35_bridge": "qwen3.5_9b_adapter"}
+IMAGE_PACKS = ("qwen3vl_mageflow", "qwen3vl_qwenimage", "ming_image", "qwen35_bridge")
+TEACHER_TOKENIZERS = ("ming_image", "qwen35_bridge")
 N_TRAIN, N_VAL, N_IMAGES = 300, 64, 96
 
 # the issue's settings, the same for both trainers
@@ -82,13 +84,14 @@ PACK_EXTRAS: dict[str, dict[str, object]] = {
     "qwen3vl_qwenimage": SMALL_AREAS,
     "ming_image": {**SMALL_AREAS, "corpus.n_two": 0, "corpus.n_layer": 0, "corpus.n_val_layer": 0,
                    "export.vis_bridge": False, "export.export_vision": False},
+    "qwen35_bridge": {**SMALL_AREAS, "corpus.n_klein": 0, "corpus.n_val_klein": 0, "train.klein_head": False},
 }
 # settings whose value in the peer's project is made ours (pack defaults of both may differ)
 COPIED = ("precompute.shard_size", "precompute.val_shard_size", "precompute.teacher_batch",
           "precompute.tok_budget", "precompute.student_batch", "precompute.student_tok_budget",
           "precompute.vis_tok_budget", "precompute.teacher_mode", "precompute.student_dtype",
           "train.lr", "train.weight_decay", "train.grad_clip", "train.cos_weight", "train.sigma_floor",
-          "train.seed", "train.batch_tokens", "precompute.placement")
+          "train.seed", "train.batch_tokens", "precompute.placement", "train.seed_rank", "train.max_slots")
 
 # run with the peer's interpreter: create its project as its GUI's Create + Save do
 _PEER_CREATE = """
@@ -139,12 +142,36 @@ def build_inputs(folder: Path, images: bool) -> None:
 
 def build_teacher_tokenizer(pack: str, inputs: Path) -> None:
     """The teacher material both trainers' exports read for `pack` (the vocabulary the adapter GGUF
-    carries): our demo's tiny Ling tokenizer, with the real special ids (no weights: the mocks run)."""
+    carries; no weights: the mocks run). Ming: our demo's tiny Ling tokenizer (real special ids) under
+    mllm/. Qwen3.5: our demo's tiny Qwen3.5-format BPE with "user" and "assistant" moved to their real
+    ids (846, 74455: 0.0.14's mock checks them), beside a config.json with the real widths (ours reads
+    the teacher's dimensions from it)."""
     folder = inputs / f"{pack}-teacher"
-    if not (folder / ".done").is_file():
+    if (folder / ".done").is_file():
+        return
+    if pack == "ming_image":
         from trainer_core.packs.ming_image.tiny import write_tiny_ling_tokenizer
         write_tiny_ling_tokenizer(folder / "mllm")
-        (folder / ".done").touch()
+    else:
+        _qwen35_teacher(folder)
+    (folder / ".done").touch()
+
+
+def _qwen35_teacher(folder: Path) -> None:
+    from trainer_core.packs.qwen35_bridge.tiny import write_tiny_tokenizer
+    write_tiny_tokenizer(folder)
+    path = folder / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    vocab = data["model"]["vocab"]
+    by_id = {i: t for t, i in vocab.items()}
+    for token, real in (("user", 846), ("assistant", 74455)):      # swap ids; merges name tokens, not ids
+        other = by_id[real]
+        vocab[token], vocab[other] = real, vocab[token]
+        by_id[vocab[other]], by_id[real] = other, token
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "qwen3_5", "text_config": {"hidden_size": 4096, "vocab_size": 248320, "num_hidden_layers": 32},
+        "vision_config": {"out_hidden_size": 4096}}) + "\n", encoding="utf-8")
 
 
 def pack_settings(pack: str, inputs: Path, steps: int) -> dict[str, object]:
