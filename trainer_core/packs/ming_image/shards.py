@@ -84,21 +84,30 @@ def build_shard(samples: list[dict[str, Any]], student: Any, teacher: Any, budge
         vis_rows[i] = rows
 
     S, Q = len(kept), teacher.num_queries
-    caption = torch.empty(S * Q, teacher.cap_dim, dtype=torch.bfloat16)          # written a batch at a time
-    direct: list[torch.Tensor] = [None] * S                                        # type: ignore[list-item]
-    for batch in greedy_batches([len(r[0]) + _GENERATION_ROWS for r in rendered], budgets.teacher_batch,
-                                budgets.tok_budget):
+    # both packs are written a batch at a time into their place (no per-sample copies, no concatenation:
+    # the direct rows of a 256-sample shard are ~700 MB)
+    caption = torch.empty(S * Q, teacher.cap_dim, dtype=torch.bfloat16)
+    lens = [len(r[0]) for r in rendered]
+    starts = [0]
+    for n in lens:
+        starts.append(starts[-1] + n)
+    t_pack: torch.Tensor | None = None
+    for batch in greedy_batches([n + _GENERATION_ROWS for n in lens], budgets.teacher_batch, budgets.tok_budget):
         prompts = [(rendered[i][0], rendered[i][1], vis_rows[i], None if vis_rows[i] is None
                     else (rendered[i][2].shape[0] // FACTOR, rendered[i][2].shape[1] // FACTOR)) for i in batch]
         cap, rows = teacher.targets(prompts)
+        if t_pack is None:
+            t_pack = torch.empty(starts[-1], rows[0].shape[-1], dtype=torch.bfloat16)
         for j, i in enumerate(batch):
-            caption[i * Q:(i + 1) * Q] = cap[j].to(torch.bfloat16)
-            direct[i] = rows[j].to(torch.bfloat16)
+            if rows[j].shape[0] != lens[i]:
+                raise TrainerError(f"The teacher gave {rows[j].shape[0]} direct rows for a prompt of {lens[i]} "
+                                   "Ling tokens; this is a bug.")
+            caption[i * Q:(i + 1) * Q] = cap[j]
+            t_pack[starts[i]:starts[i + 1]] = rows[j]
 
     tokens = [student.tokenize(s["text"]) for s in kept]             # the raw prompt, as the engine
     tokens, q_rows, truncated = student.rows(tokens, max_len_student, budgets.student_batch,
                                              budgets.student_tok_budget)
-    t_pack = torch.cat(direct)
     vis_dim = int(getattr(teacher, "vis_dim"))
     images = [i for i in range(S) if vis_rows[i] is not None]
     i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731

@@ -199,19 +199,20 @@ def resize_bicubic(image: np.ndarray, h_out: int, w_out: int) -> np.ndarray:
     h, w = image.shape[:2]
     if (h, w) == (h_out, w_out):
         return np.asarray(image, dtype=np.float32)
-    src = np.asarray(image, dtype=np.float64)
-    rows, row_w = _taps(h, h_out)
-    cols, col_w = _taps(w, w_out)
-    tall = np.zeros((h_out, w, src.shape[2]))                       # [h_out, W, C]
+    import torch
+    src = torch.from_numpy(np.asarray(image, dtype=np.float64))
+    rows, row_w = map(torch.from_numpy, _taps(h, h_out))
+    cols, col_w = map(torch.from_numpy, _taps(w, w_out))
+    # each pass gathers whole rows along the leading axis and accumulates tap by tap in float64 (torch's
+    # addcmul: the same sums in the same order as the engine's loop, ~2.5x numpy's gather-multiply-add)
+    tall = torch.zeros((h_out, w, src.shape[2]), dtype=torch.float64)              # [h_out, W, C]
     for k in range(rows.shape[1]):
-        tall += row_w[:, k, None, None] * src[rows[:, k]]
-    # the column pass gathers along the leading axis too (whole contiguous rows: ~5x faster than
-    # gathering columns, the same sums in the same order)
-    tall = np.ascontiguousarray(tall.transpose(1, 0, 2))            # [W, h_out, C]
-    out = np.zeros((w_out, h_out, src.shape[2]))                    # [w_out, h_out, C]
+        tall.addcmul_(row_w[:, k, None, None], src.index_select(0, rows[:, k]))
+    tall = tall.transpose(0, 1).contiguous()                                      # [W, h_out, C]
+    out = torch.zeros((w_out, h_out, src.shape[2]), dtype=torch.float64)           # [w_out, h_out, C]
     for k in range(cols.shape[1]):
-        out += col_w[:, k, None, None] * tall[cols[:, k]]
-    return np.ascontiguousarray(out.transpose(1, 0, 2), dtype=np.float32)
+        out.addcmul_(col_w[:, k, None, None], tall.index_select(0, cols[:, k]))
+    return out.transpose(0, 1).to(torch.float32).contiguous().numpy()
 
 
 def preprocess_pixels(rgb: np.ndarray) -> np.ndarray:
@@ -220,8 +221,11 @@ def preprocess_pixels(rgb: np.ndarray) -> np.ndarray:
     rgb = np.asarray(rgb, dtype=np.float32)
     rgb = rgb[..., :3] if rgb.shape[2] >= 3 else np.repeat(rgb[..., :1], 3, axis=2)
     h_bar, w_bar = image_grid(rgb.shape[0], rgb.shape[1])
-    resized = np.clip(resize_bicubic(rgb, h_bar, w_bar), np.float32(0.0), np.float32(1.0))
-    return (resized - np.asarray(CLIP_MEAN, np.float32)) / np.asarray(CLIP_STD, np.float32)
+    import torch
+    # clamp, − mean, ÷ std in place in float32 (the same operations as numpy's, without three new arrays)
+    resized = torch.from_numpy(resize_bicubic(rgb, h_bar, w_bar)).clamp_(0.0, 1.0)
+    mean, std = (torch.tensor(v, dtype=torch.float32) for v in (CLIP_MEAN, CLIP_STD))
+    return resized.sub_(mean).div_(std).numpy()
 
 
 def preprocess_image(source: str | os.PathLike | bytes) -> np.ndarray:
