@@ -32,16 +32,37 @@ widths (1024-d, 16 heads, 8 kv heads, 3072 MLP, full vocabulary) and its teacher
 random T5 at T5-XXL's widths (4096-d, 64 heads, 10240 FFN); the corpus and the val split run
 first, then the train split is timed (`precompute_samples_per_s`). The last stdout line is one
 JSON object.
+
+    PYTHONPATH=. python bench/gpu.py --size real [--pack ID ...] [--prompts N] [--steps N] [--smoke]
+
+`--size real`: every pack (t5xxl_pixart, llada_image, qwen3vl_mageflow, qwen3vl_qwenimage) at its
+published config, each in a child process of its own. The teacher is written with random bf16
+weights in its real layout (T5-XXL v1.1's encoder; Qwen3-VL-4B / -8B-Instruct through transformers'
+classes; LLaDA2-MoE through the project's stand-in backbone, trainer_core/packs/llada_image/tiny_model,
+with its 256 experts, 8 active, plus QueryFormer and text_projection at their real sizes), the student
+at pig_clip's (Qwen3-0.6B, 151,936-token vocabulary), and the project's own stages run: the corpus,
+precompute val (loads the models, untimed), precompute train timed (`precompute_samples_per_s`) at
+each teacher placement on CUDA (precompute.placement sequential / balanced for LLaDA,
+precompute.teacher_mode gpu / offload for the others; a placement that fails is reported, the best
+one is the pack's figure), then the train stage at the pack's reference size on those shards, eager
+and compiled, with FLOPs per step, the matmul peak and MFU as above. Per pack: `teacher_params` (the
+published config's count, on the meta device), `peak_memory` (ru_maxrss and max allocated per CUDA
+device, of the best placement), `train_20k_min`. `--smoke`: the same path on the CPU at one layer a
+stack (LLaDA: its dense layer and one MoE layer), one adapter block at batch 2, 2 steps, eager
+(the test suite runs it with --prompts 8 so the script cannot rot; its figures mean nothing).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,16 +89,39 @@ def log(message: str) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--size", choices=sorted(SIZES), help="default: reference on CUDA, small on CPU")
-    parser.add_argument("--steps", type=int, help="timed steps per variant (default 100 on CUDA, 10 on CPU)")
-    parser.add_argument("--warmup", type=int, help="untimed steps first (default 20 on CUDA, 3 on CPU)")
-    parser.add_argument("--prompts", type=int, help="train prompts of the precompute pass (default 4096 / 240)")
+    parser.add_argument("--size", choices=[*sorted(SIZES), "real"],
+                        help="default: reference on CUDA, small on CPU; real: every pack at its published config")
+    parser.add_argument("--steps", type=int, help="timed steps per variant (default 100 on CUDA, 10 on CPU, 2 smoke)")
+    parser.add_argument("--warmup", type=int, help="untimed steps first (default 20 on CUDA, 3 on CPU, 1 smoke)")
+    parser.add_argument("--prompts", type=int, help="train prompts of the precompute pass (default 4096 / 240; "
+                                                    "real: 1024, smoke 16)")
     parser.add_argument("--no-precompute", action="store_true", help="skip the precompute pass")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    parser.add_argument("--pack", nargs="*", choices=REAL_PACKS, default=list(REAL_PACKS),
+                        help="--size real: the packs to measure (default all four)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="--size real on the CPU at one layer per model, 2 steps, eager (the test suite's run)")
+    parser.add_argument("--one", choices=REAL_PACKS, help=argparse.SUPPRESS)      # a child process: one pack
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device here (use --device cpu)")
+    if args.smoke and args.size != "real":
+        parser.error("--smoke goes with --size real")
+    if args.size == "real":
+        if args.smoke and cuda:
+            parser.error("--smoke runs on the CPU (--device cpu)")
+        if args.smoke:
+            args.no_compile = True
+        args.steps = args.steps or (2 if args.smoke else 100 if cuda else 10)
+        args.warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 20 if cuda else 3)
+        args.prompts = args.prompts or (16 if args.smoke else 1024)
+        if args.steps < 1 or args.warmup < 1:
+            parser.error("--steps and --warmup must be at least 1")
+        args.log_every = max(1, min(25, args.steps // 5))
+        args.warmup = -(-args.warmup // args.log_every) * args.log_every
+        args.steps = max(args.log_every, args.steps // args.log_every * args.log_every)
+        return args
     args.size = args.size or ("reference" if cuda else "small")
     args.steps = args.steps or (100 if cuda else 10)
     args.warmup = args.warmup if args.warmup is not None else (20 if cuda else 3)
@@ -296,8 +340,296 @@ def bench_precompute(root: Path, args: argparse.Namespace) -> dict[str, Any]:
             "precompute_log": [m for m in lines if m.startswith(("student", "teacher"))][-2:]}
 
 
+# ------------------------------------------------------------ --size real
+
+# The published configs (random weights). T5-XXL v1.1's encoder; Qwen3-VL-4B/-8B-Instruct; LLaDA2-MoE
+# (LLaDA2.0-mini: the Ling-mini-2.0 Bailing-MoE layout of packs-contract-more §D.1, 2048-d, 20 layers,
+# GQA 16/4, one dense layer then 256 experts of 512 with 8 active in 4 of 8 groups and a shared one,
+# the 157,184-token vocabulary) with QueryFormer and text_projection at the defaults of packs-contract
+# §B.1; pig_clip = Qwen3-0.6B.
+REAL_PACKS = ("t5xxl_pixart", "llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage")
+T5_XXL = {"d_model": 4096, "d_kv": 64, "d_ff": 10240, "num_layers": 24, "num_heads": 64, "vocab_size": 32128}
+QWEN3VL = {
+    "qwen3vl_mageflow": {   # Qwen3-VL-4B-Instruct
+        "text": {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True,
+                 "max_position_embeddings": 262144,
+                 "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
+                                     "mrope_interleaved": True}},
+        "vision": {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16,
+                   "out_hidden_size": 2560, "deepstack_visual_indexes": [5, 11, 17]}},
+    "qwen3vl_qwenimage": {  # Qwen3-VL-8B-Instruct
+        "text": {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False,
+                 "max_position_embeddings": 262144,
+                 "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
+                                     "mrope_interleaved": True}},
+        "vision": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
+                   "out_hidden_size": 4096, "deepstack_visual_indexes": [8, 16, 24]}},
+}
+LLADA2 = {"hidden": 2048, "layers": 20, "heads": 16, "head_dim": 128, "intermediate": 5120, "vocab_size": 157184,
+          "backbone": {"num_key_value_heads": 4, "num_experts": 256, "num_experts_per_tok": 8,
+                       "moe_intermediate_size": 512, "num_shared_experts": 1, "first_k_dense_replace": 1,
+                       "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5},
+          "num_queries": 256, "qf_heads": 16, "qf_inner": 8192, "proj_dim": 2560, "tp_layers": 6, "tp_heads": 32,
+          "tp_inner": 8960}
+PIG_CLIP = {"hidden_size": 1024, "layers": 28, "heads": 16, "kv_heads": 8, "head_dim": 128, "intermediate": 3072}
+# the image packs' corpus (a smoke run: small reference areas so the CPU gets through it)
+IMAGE_CORPUS = {"n_image": 0.5, "n_two": 0.05, "n_text": 0.45}
+SMOKE_AREAS = ("corpus.ref_areas=[[16384, 0.5], [36864, 0.5]]", "corpus.two_image_max_area=16384")
+
+
+def real_teacher_params(pack: str) -> int:
+    """Parameters of the pack's teacher at its published config, counted on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        if pack == "t5xxl_pixart":
+            from transformers import T5Config, T5EncoderModel
+            model = T5EncoderModel(T5Config(**T5_XXL, feed_forward_proj="gated-gelu", is_encoder_decoder=False))
+            return sum(p.numel() for p in model.parameters())
+        if pack == "llada_image":
+            from trainer_core.packs.llada_image.teacher import QueryFormer, TextProjection
+            from trainer_core.packs.llada_image.tiny_model.configuration_tiny_llada import TinyLLaDAConfig
+            from trainer_core.packs.llada_image.tiny_model.modeling_tiny_llada import TinyLLaDAForEncoding
+            from trainer_core.packs.rope_guard import default_rope
+            c = LLADA2
+            config = TinyLLaDAConfig(vocab_size=c["vocab_size"], hidden_size=c["hidden"],
+                                     intermediate_size=c["intermediate"], num_hidden_layers=c["layers"],
+                                     num_attention_heads=c["heads"], head_dim=c["head_dim"], **c["backbone"])
+            with default_rope():
+                parts = [TinyLLaDAForEncoding(config)]
+            parts.append(QueryFormer({"hidden_size": c["hidden"], "num_queries": c["num_queries"],
+                                      "num_attention_heads": c["qf_heads"], "intermediate_size": c["qf_inner"],
+                                      "norm_eps": 1e-6, "num_hidden_layers": 1}, blocks="layers"))
+            parts.append(TextProjection({"hidden_size": c["hidden"], "intermediate_size": c["tp_inner"],
+                                         "num_attention_heads": c["tp_heads"], "norm_eps": 1e-6,
+                                         "num_hidden_layers": c["tp_layers"], "projection_dim": c["proj_dim"]}))
+            return sum(p.numel() for part in parts for p in part.parameters())
+        from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+        real = QWEN3VL[pack]
+        config = Qwen3VLConfig(text_config={"vocab_size": 151936, **real["text"]},
+                               vision_config={"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                                              "num_position_embeddings": 2304, **real["vision"]},
+                               tie_word_embeddings=real["text"]["tie_word_embeddings"])
+        return sum(p.numel() for p in Qwen3VLForConditionalGeneration(config).parameters())
+
+
+def write_real_teacher(pack: str, folder: Path, smoke: bool, texts: list[str]) -> str:
+    """The pack's teacher snapshot at its published widths (all its layers, or one per stack in a smoke
+    run: LLaDA keeps its dense layer and one MoE layer), bf16 on disk; returns a one-line description."""
+    from trainer_core.packs.llada_image.tiny import write_tiny_llada
+    from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl
+    from trainer_core.packs.t5xxl_pixart.tiny import write_tiny_t5
+    if pack == "t5xxl_pixart":
+        layers = 1 if smoke else T5_XXL["num_layers"]
+        write_tiny_t5(folder, texts, d_model=T5_XXL["d_model"], layers=layers, heads=T5_XXL["num_heads"],
+                      d_kv=T5_XXL["d_kv"], d_ff=T5_XXL["d_ff"], dtype=torch.bfloat16)
+        return f"T5-XXL v1.1 encoder widths, {layers} layer(s)"
+    if pack == "llada_image":
+        c = LLADA2
+        layers = 1 + c["backbone"]["first_k_dense_replace"] if smoke else c["layers"]
+        write_tiny_llada(folder, hidden=c["hidden"], layers=layers, heads=c["heads"], head_dim=c["head_dim"],
+                         num_queries=c["num_queries"], proj_dim=c["proj_dim"], qf_heads=c["qf_heads"],
+                         qf_inner=c["qf_inner"], tp_layers=1 if smoke else c["tp_layers"], tp_heads=c["tp_heads"],
+                         tp_inner=c["tp_inner"], vocab_size=c["vocab_size"], intermediate=c["intermediate"],
+                         backbone=c["backbone"], dtype=torch.bfloat16)
+        return f"LLaDA2-MoE widths, {layers} backbone layer(s) (256 experts, 8 active)"
+    real = QWEN3VL[pack]
+    text, vision = dict(real["text"]), dict(real["vision"])
+    if smoke:
+        text["num_hidden_layers"], vision["depth"], vision["deepstack_visual_indexes"] = 1, 1, [0]
+    write_tiny_qwen3vl(folder, text=text, vision=vision, dtype=torch.bfloat16, max_shard_size="4GB")
+    name = "Qwen3-VL-4B" if pack == "qwen3vl_mageflow" else "Qwen3-VL-8B"
+    return f"{name} widths, {text['num_hidden_layers']} text / {vision['depth']} vision layer(s)"
+
+
+def write_real_student(materials: Path, smoke: bool) -> tuple[Path, Path]:
+    """pig_clip's config (Qwen3-0.6B; one layer in a smoke run) as an f16 GGUF + its tokenizer folder."""
+    from transformers import Qwen3Model
+
+    from trainer_core.demo.fixtures import tiny_qwen3_config, write_qwen_tokenizer, write_student_config
+    from trainer_core.demo.fixtures import write_student_gguf
+    c = PIG_CLIP
+    config = tiny_qwen3_config(hidden_size=c["hidden_size"], layers=1 if smoke else c["layers"], heads=c["heads"],
+                               kv_heads=c["kv_heads"], head_dim=c["head_dim"], intermediate=c["intermediate"])
+    tokenizer = materials / "pig-clip-tokenizer"
+    write_qwen_tokenizer(tokenizer)
+    write_student_config(tokenizer, config)
+    torch.manual_seed(SEED)
+    gguf = write_student_gguf(Qwen3Model(config), materials / "pig_clip-real-f16.gguf", dtype="f16")
+    return gguf, tokenizer
+
+
+def write_real_models(pack: str, teacher: Path, materials: Path, smoke: bool,
+                      texts: list[str]) -> tuple[str, Path, Path]:
+    """(the teacher's description, the student GGUF, its tokenizer folder), all written."""
+    return (write_real_teacher(pack, teacher, smoke, texts), *write_real_student(materials, smoke))
+
+
+def teacher_modes(pack: str, device: torch.device) -> list[str]:
+    """The precompute settings that place the teacher, each measured on CUDA (the plan refuses what does
+    not fit and the run reports it); the pack's default alone on the CPU."""
+    if device.type != "cuda":
+        return []
+    if pack == "llada_image":
+        return ["precompute.placement=sequential", "precompute.placement=balanced"]
+    return ["precompute.teacher_mode=gpu", "precompute.teacher_mode=offload"]
+
+
+def peak_memory(device: torch.device) -> dict[str, float]:
+    import resource
+    out = {"cpu_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20, 2)}
+    if device.type == "cuda":
+        for i in range(torch.cuda.device_count()):
+            out[f"cuda:{i}_gib"] = round(torch.cuda.max_memory_allocated(i) / 2 ** 30, 2)
+    return out
+
+
+def bench_real_pack(pack: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One pack at its real size in this process: write the models, the corpus stage, precompute val
+    (loads the models, untimed), then train timed per teacher placement, then the train stage."""
+    from trainer_core.demo.fixtures import demo_prompts, write_demo_images
+    from trainer_core.stages import corpus as corpus_stage
+    from trainer_core.stages import precompute as precompute_stage
+
+    device = torch.device(args.device)
+    out: dict[str, Any] = {"teacher_params": real_teacher_params(pack)}
+    started = time.perf_counter()
+    project = Project.create(root / pack, pack)
+    materials = project.materials_dir
+    materials.mkdir(parents=True, exist_ok=True)
+    n_val = max(8, args.prompts // 8)
+    prompts = demo_prompts(args.prompts + n_val, seed=SEED)
+    teacher = project.pack.resolve_material(project, "teacher")
+    # written in a process of its own: building a 16B model's weights must not count in this one's peak RSS
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        out["teacher"], gguf, tokenizer = pool.submit(write_real_models, pack, teacher, materials, args.smoke,
+                                                      prompts).result()
+    settings = [f"materials.teacher.path={teacher}", f"materials.student.path={gguf}",
+                f"materials.student_tokenizer.path={tokenizer}", f"precompute.device={args.device}",
+                f"train.device={args.device}"]
+    if project.pack.corpus_kind == "image":
+        write_demo_images(materials / "bench_images", max(16, args.prompts // 2), SEED)
+        counts = {k: max(1, round(v * args.prompts)) for k, v in IMAGE_CORPUS.items()}
+        (materials / "prompts.txt").write_text("".join(p + "\n" for p in prompts), encoding="utf-8")
+        settings += ["corpus.image_presets=[]", "corpus.presets=[]", "corpus.image_folders=materials/bench_images",
+                     "corpus.extra_files=[\"materials/prompts.txt\"]",
+                     *(f"corpus.{k}={v}" for k, v in counts.items()), f"corpus.n_val_image={n_val // 2}",
+                     f"corpus.n_val_text={n_val - n_val // 2}", *(SMOKE_AREAS if args.smoke else ())]
+    else:
+        (materials / "train.txt").write_text("".join(p + "\n" for p in prompts[:args.prompts]), encoding="utf-8")
+        (materials / "val.txt").write_text("".join(p + "\n" for p in prompts[args.prompts:]), encoding="utf-8")
+        settings += ["corpus.mode=files", "corpus.train_file=materials/train.txt", "corpus.val_file=materials/val.txt"]
+    project.update_settings(settings)
+    report = ListReport()
+    corpus_stage.run(Project.open(project.root), report)
+    samples = sum(1 for _ in open(project.root / "data" / "train.jsonl", encoding="utf-8")) \
+        if (project.root / "data" / "train.jsonl").is_file() else args.prompts
+    out["setup_s"] = round(time.perf_counter() - started, 1)
+    log(f"{pack}: {out['teacher']}; setup {out['setup_s']} s")
+    runs: dict[str, Any] = {}
+    for mode in teacher_modes(pack, device) or ["default"]:
+        if mode != "default":
+            project.update_settings([mode])
+        for split in ("val", "train"):
+            shutil.rmtree(project.shards_dir(split), ignore_errors=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            for i in range(torch.cuda.device_count()):
+                torch.cuda.reset_peak_memory_stats(i)
+        shared: dict[str, Any] = {}
+        opened = Project.open(project.root)
+        try:
+            precompute_stage.run(opened, report, split="val", shared=shared)     # loads the models
+            sync(device)
+            start = time.perf_counter()
+            precompute_stage.run(opened, report, split="train", shared=shared)
+            sync(device)
+        except Exception as e:        # a placement that does not fit this card is a figure too
+            runs[mode] = {"error": " ".join(str(e).split())[:300]}
+            log(f"  precompute {mode}: failed: {runs[mode]['error']}")
+            continue
+        finally:
+            shared.clear()
+        seconds = time.perf_counter() - start
+        runs[mode] = {"precompute_samples_per_s": round(samples / seconds, 2), "seconds": round(seconds, 2),
+                      "peak_memory": peak_memory(device)}
+        log(f"  precompute {mode}: {runs[mode]['precompute_samples_per_s']} samples/s")
+    done = {m: r for m, r in runs.items() if "precompute_samples_per_s" in r}
+    if not done:
+        raise SystemExit(f"{pack}: no teacher placement ran: {runs}")
+    best = max(done, key=lambda m: done[m]["precompute_samples_per_s"])
+    out.update(precompute_samples_per_s=done[best]["precompute_samples_per_s"], precompute_best=best,
+               precompute_samples=samples, precompute=runs, peak_memory=done[best]["peak_memory"])
+    out.update(real_train(Project.open(project.root), args))
+    out["train_20k_min"] = round(20000 / out["train_steps_per_s"] / 60, 2)
+    return out
+
+
+def real_train(project: Project, args: argparse.Namespace) -> dict[str, Any]:
+    """The pack's train stage at its reference size (the project's defaults; a smoke run: one adapter
+    block, batch 2) on the shards precompute wrote: eager and compiled steps/s, FLOPs per step, MFU
+    against a timed matmul."""
+    total = args.warmup + args.steps
+    project.update_settings([f"train.steps={total}", f"train.log_every={args.log_every}",
+                             f"train.val_every={total}", f"train.save_every={total}",
+                             *(("train.depth=1", "train.batch_size=2") if args.smoke else ())])
+    device = torch.device(args.device)
+    out: dict[str, Any] = {}
+    modes = ["off"] + ([] if args.no_compile else ["on"])
+    for mode in modes:
+        project.update_settings([f"train.compile={mode}"])
+        shutil.rmtree(project.checkpoints_dir, ignore_errors=True)
+        rate, _ = time_stage(Project.open(project.root), args)
+        out[f"train_{'compile' if mode == 'on' else 'eager'}_steps_per_s"] = round(rate, 3)
+        log(f"  train compile {mode:<3} {rate:8.2f} steps/s")
+    out["train_steps_per_s"] = out.get("train_compile_steps_per_s", out["train_eager_steps_per_s"])
+    project.update_settings(["train.compile=off"])          # FLOPs counted on the eager step
+    project = Project.open(project.root)
+    trainer = Trainer(project, ListReport())
+    t = project.settings.train
+    stream = ShardStream(sorted(project.shards_dir("train").glob("train-*.safetensors")), t.batch_size, t.seed)
+    flops = step_flops(trainer, stream.next().to(trainer.device))
+    peak = peak_tflops(device)
+    floor = peak * 1e12 / flops
+    out.update(flops_per_step=flops, peak_tflops=round(peak, 3), floor_steps_per_s=round(floor, 2),
+               mfu=round(out["train_steps_per_s"] / floor, 4),
+               adapter={"width": t.width, "depth": t.depth, "batch": t.batch_size,
+                        "parameters": sum(p.numel() for p in trainer.model.parameters())})
+    return out
+
+
+def main_real(args: argparse.Namespace) -> int:
+    """Each pack in a child process of its own (a 16B teacher's memory is gone before the next one
+    loads, and each pack's peak memory is its own); one JSON line with an object per pack id."""
+    figures: dict[str, Any] = {"device": args.device, "size": "real", "smoke": args.smoke, "steps": args.steps,
+                               "warmup": args.warmup, "prompts": args.prompts, "torch": torch.__version__}
+    if args.device.startswith("cuda"):
+        figures["gpu"] = torch.cuda.get_device_name(torch.device(args.device))
+    failed = []
+    for pack in args.pack:
+        command = [sys.executable, __file__, "--size", "real", "--one", pack, "--device", args.device,
+                   "--steps", str(args.steps), "--warmup", str(args.warmup), "--prompts", str(args.prompts)]
+        command += ["--smoke"] * args.smoke + ["--no-compile"] * args.no_compile
+        r = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+        lines = r.stdout.strip().splitlines()
+        if r.returncode or not lines:
+            figures[pack] = {"error": f"exit {r.returncode}"}
+            failed.append(pack)
+            continue
+        figures[pack] = json.loads(lines[-1])
+    print(json.dumps(figures))
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.size == "real":
+        if args.one:
+            with tempfile.TemporaryDirectory(prefix="bench-gpu-real-") as tmp:
+                os.environ["GGUF_TRAINER_HOME"] = str(Path(tmp) / "home")
+                print(json.dumps(bench_real_pack(args.one, Path(tmp), args)))
+            return 0
+        return main_real(args)
     device = torch.device(args.device)
     figures: dict[str, Any] = {"device": args.device, "size": args.size, "steps": args.steps, "warmup": args.warmup,
                                "torch": torch.__version__}

@@ -21,14 +21,16 @@ _T5_WEIGHTS_SEED = 0
 
 
 def write_tiny_t5(folder: str | os.PathLike, texts: list[str], d_model: int = 64, layers: int = 2,
-                  heads: int = 4, d_kv: int = 16, d_ff: int = 128, vocab_pieces: int | None = None) -> Path:
+                  heads: int = 4, d_kv: int = 16, d_ff: int = 128, vocab_pieces: int | None = None,
+                  dtype: torch.dtype = torch.float32) -> Path:
     """Write a small random T5 v1.1 encoder snapshot into `folder`; returns the folder.
 
     The files are those of callgg/t5-v1_1-xxl-encoder-bf16: spiece.model (a unigram model
     trained on `texts` with T5's ids: <pad> 0, </s> 1, <unk> 2, no BOS), tokenizer_config.json,
     special_tokens_map.json, config.json and model.safetensors (gated-GELU, float32). The
     vocabulary is the pieces plus the 100 sentinels; `vocab_pieces` None takes as many pieces
-    as the texts support, up to 2000. The same arguments give byte-identical files.
+    as the texts support, up to 2000. The same arguments give byte-identical files. `dtype` is the
+    weights' dtype on disk (bench/gpu.py writes T5-XXL's widths in bf16).
     """
     folder = Path(folder)
     spiece = _train_t5_spiece(texts, vocab_pieces)
@@ -46,7 +48,12 @@ def write_tiny_t5(folder: str | os.PathLike, texts: list[str], d_model: int = 64
                       is_encoder_decoder=False, use_cache=False, architectures=["T5EncoderModel"])
     with torch.random.fork_rng(devices=[]):   # seeded weights without moving the caller's RNG
         torch.manual_seed(_T5_WEIGHTS_SEED)
-        model = T5EncoderModel(config)
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            model = T5EncoderModel(config)
+        finally:
+            torch.set_default_dtype(previous)
     from safetensors.torch import save_file
     atomic_write_text(folder / "config.json", config.to_json_string(use_diff=True))
     # the embedding is tied (shared.weight); one metadata key only: safetensors writes its

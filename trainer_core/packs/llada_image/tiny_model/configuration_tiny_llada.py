@@ -1,4 +1,7 @@
-"""Config of the tiny LLaDA2-MoE stand-in (remote code, see __init__)."""
+"""Config of the LLaDA2-MoE stand-in (remote code, see __init__). Dense by default (the tests' tiny
+teacher); with num_experts > 0 the layers from first_k_dense_replace on are BailingMoeV2-style MoE
+layers (sigmoid group-limited routing, shared experts), so the benchmark can build it at the real
+config's size."""
 from transformers import PretrainedConfig
 
 
@@ -7,14 +10,25 @@ class TinyLLaDAConfig(PretrainedConfig):
 
     def __init__(self, vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                  num_attention_heads=4, head_dim=8, rope_theta=600000.0, partial_rotary_factor=0.5,
-                 rms_norm_eps=1e-6, pad_token_id=151643, **kwargs):
+                 rms_norm_eps=1e-6, pad_token_id=151643, num_key_value_heads=None, num_experts=0,
+                 num_experts_per_tok=0, moe_intermediate_size=0, num_shared_experts=0, first_k_dense_replace=0,
+                 n_group=1, topk_group=1, routed_scaling_factor=1.0, **kwargs):
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.intermediate_size = intermediate_size
         self.num_hidden_layers = num_hidden_layers
         self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_key_value_heads or num_attention_heads
         self.head_dim = head_dim
         self.rope_theta = rope_theta
         self.partial_rotary_factor = partial_rotary_factor
         self.rms_norm_eps = rms_norm_eps
+        self.num_experts = num_experts
+        self.num_experts_per_tok = num_experts_per_tok
+        self.moe_intermediate_size = moe_intermediate_size
+        self.num_shared_experts = num_shared_experts
+        self.first_k_dense_replace = first_k_dense_replace
+        self.n_group = n_group
+        self.topk_group = topk_group
+        self.routed_scaling_factor = routed_scaling_factor
         super().__init__(pad_token_id=pad_token_id, **kwargs)
