@@ -349,21 +349,17 @@ def bench_precompute(root: Path, args: argparse.Namespace) -> dict[str, Any]:
 # §B.1; pig_clip = Qwen3-0.6B.
 REAL_PACKS = ("t5xxl_pixart", "llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage")
 T5_XXL = {"d_model": 4096, "d_kv": 64, "d_ff": 10240, "num_layers": 24, "num_heads": 64, "vocab_size": 32128}
-QWEN3VL = {
-    "qwen3vl_mageflow": {   # Qwen3-VL-4B-Instruct
-        "text": {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
-                 "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True,
+_QWEN3VL_TEXT = {"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
                  "max_position_embeddings": 262144,
                  "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
-                                     "mrope_interleaved": True}},
+                                     "mrope_interleaved": True}}
+QWEN3VL = {
+    "qwen3vl_mageflow": {   # Qwen3-VL-4B-Instruct
+        "text": {**_QWEN3VL_TEXT, "hidden_size": 2560, "intermediate_size": 9728, "tie_word_embeddings": True},
         "vision": {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16,
                    "out_hidden_size": 2560, "deepstack_visual_indexes": [5, 11, 17]}},
     "qwen3vl_qwenimage": {  # Qwen3-VL-8B-Instruct
-        "text": {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
-                 "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False,
-                 "max_position_embeddings": 262144,
-                 "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
-                                     "mrope_interleaved": True}},
+        "text": {**_QWEN3VL_TEXT, "hidden_size": 4096, "intermediate_size": 12288, "tie_word_embeddings": False},
         "vision": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
                    "out_hidden_size": 4096, "deepstack_visual_indexes": [8, 16, 24]}},
 }
