@@ -92,6 +92,17 @@ def test_train_export_and_eval_share_a_process_and_the_teacher_process_ends_firs
     assert len(pids["export"]) == len(pids["eval"]) == 2 and pids["export"][1] == pids["eval"][1]
     assert len(pids["train"]) == 1
 
+    # a stop that reaches the evaluation between two batches ends it "stopped", eval.json untouched
+    from trainer_core.project import Project
+    from trainer_core.stages import evaluate
+    before = (root / "eval.json").read_bytes()
+    asked = []
+    report = ListReport()
+    assert evaluate.run(Project.open(root), report, should_stop=lambda: bool(asked.append(1)) or len(asked) > 1) \
+        == "stopped"
+    assert len(asked) == 2 and (root / "eval.json").read_bytes() == before
+    assert any("evaluation stopped" in str(e) for e in report.events)
+
 
 def test_eval_turned_off_ends_the_chain_at_export(tmp_path):
     root = tmp_path / "t5_adapter"

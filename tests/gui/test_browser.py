@@ -3,12 +3,14 @@ app, runs the demo from its button, and waits for the Output tab to list the exp
 Screenshots of every tab land in tests/artifacts/ (git-ignored) for CI to keep."""
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -40,7 +42,7 @@ def browser():
         b.close()
 
 
-def test_the_demo_runs_from_its_button_and_the_output_tab_lists_the_gguf(ctx, browser):
+def test_the_demo_runs_from_its_button_and_the_output_tab_lists_the_gguf(ctx, browser, monkeypatch, tmp_path):
     from playwright.sync_api import expect
     ARTIFACTS.mkdir(exist_ok=True)
     app, url = serve(ctx, port=free_port(), open_browser=False, block=False)
@@ -90,19 +92,52 @@ def test_the_demo_runs_from_its_button_and_the_output_tab_lists_the_gguf(ctx, br
         expect(page.locator("#quality-plot img")).to_be_visible(timeout=60_000)
         page.screenshot(path=str(ARTIFACTS / "output-snapshot.png"), full_page=True)
 
-        # Stop while the evaluation runs: the run ends "stopped", not "failed"
+        # Stop while the evaluation runs: the run ends "stopped", not "failed". The demo's evaluation
+        # takes a fraction of a second, so the stage is held inside its work (tests/gui/eval_hold) until
+        # the stop has been requested
         project = Project.open(ctx.demo_root / "t5_adapter")
         stale = project.eval_json.stat().st_mtime - 60                 # eval.json older than the GGUF: eval reruns
         os.utime(project.eval_json, (stale, stale))
+        fifo = tmp_path / "eval-hold"
+        os.mkfifo(fifo)
+        monkeypatch.setenv("GGUF_TEST_EVAL_HOLD", str(fifo))
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+            [str(EVAL_HOLD)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
         page.get_by_role("tab", name="Train").click()
         page.locator("#train-start").click()
-        expect(page.locator('#stage-strip [data-stage="eval"]')).to_have_attribute("data-status", "running",
-                                                                                   timeout=120_000)
-        page.locator("#train-stop").click()
+        with held_at(fifo, timeout=120):                               # the stage waits at its GGUF read
+            expect(page.locator('#stage-strip [data-stage="eval"]')).to_have_attribute("data-status", "running",
+                                                                                       timeout=120_000)
+            page.locator("#train-stop").click()
+            expect(page.locator("#banner")).to_contain_text("Stop requested", timeout=60_000)
         expect(page.locator("#train-status")).to_contain_text("stopped", timeout=120_000)
         assert project.read_state()["status"] == "stopped"
+        assert project.read_state()["stages"]["eval"]["status"] == "stopped"
     finally:
         app.close()
+
+
+EVAL_HOLD = Path(__file__).resolve().parent / "eval_hold"
+
+
+@contextlib.contextmanager
+def held_at(fifo: Path, timeout: float):
+    """Waits until a process opens `fifo` for reading (the held stage), keeps it waiting for the body,
+    then releases it by closing the write end. A stage that never arrives fails the test after
+    `timeout` s (the waiting open is then satisfied by a reader of our own)."""
+    opened: dict[str, int] = {}
+    waiter = threading.Thread(target=lambda: opened.setdefault("fd", os.open(fifo, os.O_WRONLY)), daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    if "fd" not in opened:
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))           # unblocks the waiting thread
+        waiter.join()
+        os.close(opened["fd"])
+        pytest.fail(f"the evaluate stage did not reach its GGUF read within {timeout:.0f} s")
+    try:
+        yield
+    finally:
+        os.close(opened["fd"])
 
 
 AT_BOTTOM = "t => t.scrollTop + t.clientHeight >= t.scrollHeight - 8"

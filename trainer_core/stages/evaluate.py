@@ -41,8 +41,10 @@ def _tensors(outputs: Any) -> list[torch.Tensor]:
 
 @torch.no_grad()
 def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torch.device,
-                  log: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
-    """The pack's metrics of the GGUF on every val shard, plus its round trip against `ck`. On the CPU,
+                  log: Callable[[str], None] = lambda message: None,
+                  should_stop: Callable[[], bool] = never) -> dict[str, Any] | None:
+    """The pack's metrics of the GGUF on every val shard, plus its round trip against `ck`; None when
+    `should_stop` turns true before the last batch (a partial score is no score). On the CPU,
     the first batch decides the heap mode: metrics whose float64 rows exceed glibc's mmap ceiling
     (Ming's 355 × 3840 direct rows at batch 8: 87 MB) take every block from the heap (base/allocator.py:
     7.8 s instead of 15.3 s for Ming's 64 val samples in-process)."""
@@ -67,6 +69,8 @@ def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torc
         metrics = TokenAlignedMetrics()
     samples, large = 0, device.type != "cpu"
     for batch in val_batches(files, project.settings.train.batch_size):
+        if should_stop():
+            return None
         batch = batch.to(device)
         pred = model_outputs(config, adapter.model, batch)                # teacher scale (folded)
         if not large:     # the metrics' float64 copies of the rows; in a stage's own process only
@@ -107,7 +111,10 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     device = pick_device(project.settings.train.device)
     started = time.monotonic()
     found = evaluate_gguf(project, gguf, ck, device,
-                          lambda message: report("log", level="info", message=message))
+                          lambda message: report("log", level="info", message=message), should_stop)
+    if found is None:
+        report("log", level="info", message="evaluation stopped before its last batch: eval.json is unchanged")
+        return "stopped"
     kvs, m = found["kvs"], found["metrics"]
     record = {**m, "gguf": str(gguf), "kind": found["config"]["kind"], "config": found["config"],
               "trained_steps": kvs.get(KV_TRAINED_STEPS), "planned_steps": kvs.get(KV_PLANNED_STEPS),
