@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/train.py [--pack ID] [--steps N] [--prompts N] [--device cpu|cuda]
         [--width W] [--depth D] [--batch B] [--rounds R] [--threads T] [--scale S]
-        [--cadence default|demo] [--profile FILE]
+        [--cadence default|demo] [--profile FILE] [--no-rss]
 
 A demo project (trainer_core.demo.build) of the pack (`--pack`, any demo pack; PixArt by default) is
 built in a temp folder with N synthetic train prompts (image packs: N samples, half with a reference
@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.profile:
             profile_a(project, args.profile)
+        if args.no_rss:
+            print_table(figures)
+            print(json.dumps(figures))
+            return 0
         big = build_project(Path(tmp) / f"{args.scale}x", args, args.prompts * args.scale)
         small_rss, big_rss = (peak_rss_child(p, args) for p in (project, big))
     figures.update(peak_rss_mib_1x=small_rss["peak_rss_mib"], peak_rss_mib_8x=big_rss["peak_rss_mib"],
@@ -130,6 +134,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-heap-pad", action="store_true",
                         help="leave glibc's heap trimming as it is (the stage processes keep a top pad)")
     parser.add_argument("--profile", default="", help="write a cProfile table of one more A round here")
+    parser.add_argument("--no-rss", action="store_true",
+                        help="throughput only: skip the two peak-RSS child runs (their figures stay 0)")
     parser.add_argument("--rss-child", default="", help=argparse.SUPPRESS)   # internal: one RSS run
     args = parser.parse_args(argv)
     if args.prompts < 100 or args.steps < 1 or args.rounds < 1 or args.scale < 2:
@@ -450,6 +456,9 @@ def print_table(f: dict[str, Any]) -> None:
         f"same weights: {f['same_weights']}")
     log("  A, ms per run:  " + ", ".join(f"{k} {v}" for k, v in ms.items()) + f"; B {f['bare_ms']}")
     log(f"  stage overhead {f['overhead_ms_per_step']} ms per step")
+    if not f["peak_rss_mib_1x"]:
+        log("  peak RSS not measured (--no-rss)")
+        return
     log(f"  peak RSS {f['peak_rss_mib_1x']} MiB (1x), {f['peak_rss_mib_8x']} MiB ({s['scale']}x): "
         f"x{f['rss_growth']}; inside train() x{f['train_rss_growth']}; file-backed "
         f"{f['rss_file_delta_mib']:+} MiB")

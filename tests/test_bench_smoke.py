@@ -57,3 +57,19 @@ def test_the_real_size_benchmark_smoke_runs_every_pack_through_the_project_paths
         else:
             low, high = REAL_BOUNDS[pack]
             assert low < f["teacher_params"] < high, (pack, f["teacher_params"])
+
+
+def test_the_train_benchmark_runs_a_bridge_pack_end_to_end_and_both_loops_end_on_the_same_weights():
+    """bench/train.py --pack on the Qwen3.5 bridge (the slots, the vision keys and the Klein bank), one
+    short round, throughput only: the stage (A) and the bare loop (B) run the same optimizer math on the
+    same batches, so the bench's own same_weights check must hold; the stage's parts are all called."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "train.py"), "--pack", "qwen35_bridge", "--steps", "12",
+                        "--prompts", "100", "--batch", "4", "--rounds", "1", "--no-rss"],
+                       capture_output=True, text=True, timeout=900, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    figures = json.loads(r.stdout.strip().splitlines()[-1])
+    assert figures["pack"] == "qwen35_bridge" and figures["same_weights"] is True
+    assert figures["stage_calls"]["train_step"] == 12 and figures["stage_calls"]["validate"] == 1
+    assert figures["ratio"] > 0 and figures["peak_rss_mib_1x"] == 0.0
+    assert "peak RSS not measured" in r.stderr
