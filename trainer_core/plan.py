@@ -40,7 +40,7 @@ from trainer_core.plan_estimate import placement, rough_stages, teacher_bytes
 from trainer_core.project import Project, last_project, remember_last_project, settings_from_dict
 from trainer_core.runner import child_env
 from trainer_core.stages import STAGE_NAMES, STAGES
-from trainer_core.status import PLAN_FILE, _student_width, shard_disk_estimate
+from trainer_core.status import PLAN_FILE, student_width, shard_disk_estimate
 
 __all__ = ["calibrate", "make_plan", "settings_key", "save_planned", "CALIBRATION_FILE", "PLAN_FILE", "hardware"]
 
@@ -264,7 +264,7 @@ def _adapter_params(project: Project) -> int:
     except TrainerError:
         dims = dict(project.pack.reference_dims)
     t, kind = project.settings.train, project.pack.adapter_kind
-    w, mlp, n_in, out = t.width, 4 * t.width, _student_width(project), int(dims.get("out_dim", 0))
+    w, mlp, n_in, out = t.width, 4 * t.width, student_width(project), int(dims.get("out_dim", 0))
     attn = (4 * w * w + 4 * w) * (2 if kind in ("resampler", "seeded_resampler") else 1)
     block = attn + 2 * w * mlp + mlp + w + 2 * w * (4 if kind in ("resampler", "seeded_resampler") else 2)
     total = n_in * w + w + t.depth * block + 2 * w + w * out + out

@@ -17,7 +17,8 @@ from trainer_core.runner import runtime_status
 from trainer_core.snapshot import job_status, read_manifest
 from trainer_core.stages import STAGES, stage_done
 
-__all__ = ["status_report", "STAGE_DETAILS", "output_files", "shard_disk_estimate", "planned_vs_actual", "PLAN_FILE"]
+__all__ = ["status_report", "STAGE_DETAILS", "output_files", "shard_disk_estimate", "planned_vs_actual", "PLAN_FILE",
+           "student_width"]
 
 PLAN_FILE = "plan.json"        # the calibrated plan the last run started under (plan.py writes it)
 
@@ -40,7 +41,7 @@ def output_files(project: Project) -> list[dict[str, Any]]:
     return files
 
 
-def _student_width(project: Project) -> int:
+def student_width(project: Project) -> int:
     """The student's hidden size from its config where the tokenizer folder has one."""
     folder = project.pack.resolve_material(project, "student_tokenizer")
     config = read_json(folder / "config.json", None) if folder is not None else None
@@ -66,7 +67,7 @@ def shard_disk_estimate(project: Project) -> dict[str, Any]:
             dims, source = project.pack.teacher_dims(project), "estimated from the pack's shapes"
         except TrainerError:          # the teacher is not downloaded yet: the real teacher's shapes
             dims, source = dict(project.pack.reference_dims), "estimated from the real teacher's shapes"
-        per = project.pack.shard_bytes(project, dims, _student_width(project)) if dims else None
+        per = project.pack.shard_bytes(project, dims, student_width(project)) if dims else None
     return {"samples": samples, "per_sample": per, "total": None if per is None else per * samples,
             "source": source if per is not None else "known after the first shard"}
 

@@ -11,7 +11,7 @@ import torch
 from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.ming_image.stock_vision import StockVision, read_mmproj, write_mmproj
 from trainer_core.packs.ming_image.template import patchify
-from trainer_core.packs.ming_image.vision import _build_tower
+from trainer_core.packs.ming_image.vision import build_tower
 
 CONFIG = dict(depth=4, hidden_size=64, intermediate_size=96, num_heads=2, out_hidden_size=80, patch_size=14,
               spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1, 3], in_channels=3,
@@ -21,7 +21,7 @@ CONFIG = dict(depth=4, hidden_size=64, intermediate_size=96, num_heads=2, out_hi
 @pytest.fixture(scope="module")
 def tower():
     torch.manual_seed(0)
-    t = _build_tower(CONFIG, torch.float32)
+    t = build_tower(CONFIG, torch.float32)
     with torch.no_grad():
         for p in t.parameters():
             p.normal_(0, 0.05)
@@ -53,7 +53,7 @@ def test_encode_is_the_towers_merger_output(tower, mmproj):
     image = np.random.default_rng(1).random((112, 168, 3)).astype(np.float32)
     patches, grid = patchify(image)
     got = stock.encode(torch.from_numpy(patches), [grid])
-    reference = _build_tower(CONFIG, torch.float32)
+    reference = build_tower(CONFIG, torch.float32)
     reference.load_state_dict(tower.state_dict())
     reference.merger.mlp[1] = torch.nn.GELU(approximate="tanh")          # the engine's GELU
     with torch.no_grad():

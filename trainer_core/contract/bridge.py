@@ -34,8 +34,8 @@ import torch
 from torch import Tensor
 
 from trainer_core.contract.adapter import BRIDGE, MING
-from trainer_core.contract.losses import (PooledMean, _cos_and_rms_of_sums, _cos_of_sums, _vdot, distill_loss,
-                                         masked_totals, ratio_of_totals, rel_mse, standardize)
+from trainer_core.contract.losses import (PooledMean, cos_and_rms_of_sums, cos_of_sums, distill_loss, masked_totals,
+                                         ratio_of_totals, rel_mse, row_dot, standardize)
 
 __all__ = ["BANK_PREFIX", "BANK_SUFFIX", "HEADS", "BridgeParts", "bank_length", "bridge_forward",
            "bridge_loss", "BridgeMetrics"]
@@ -160,20 +160,20 @@ class BridgeMetrics:
         mean = lambda rows: float((rows * w).sum() / n)  # noqa: E731 — over the rows that count
         # row_cos_and_rms, row_cos and rel_mse of the rows, each row sum taken once (t·t, (p−μ)·(p−μ)
         # serve two metrics each): the same numbers as calling them, with fewer passes over the rows
-        tt = _vdot(t, t)
-        cos_raw, cos_rms = _cos_and_rms_of_sums(_vdot(p, t), _vdot(p, p), tt, p.shape[-1])
+        tt = row_dot(t, t)
+        cos_raw, cos_rms = cos_and_rms_of_sums(row_dot(p, t), row_dot(p, p), tt, p.shape[-1])
         pc, tc = p - mu, t - mu
-        pcpc = _vdot(pc, pc)
-        self.means[f"cos_centered_{head}"].add(mean(_cos_of_sums(_vdot(pc, tc), pcpc, _vdot(tc, tc))))
+        pcpc = row_dot(pc, pc)
+        self.means[f"cos_centered_{head}"].add(mean(cos_of_sums(row_dot(pc, tc), pcpc, row_dot(tc, tc))))
         del tc
         self.means[f"cos_rms_{head}"].add(mean(cos_rms))
         self.means[f"cos_raw_{head}"].add(mean(cos_raw))
         d = p - t
-        self.means[f"rel_mse_{head}"].add(float(ratio_of_totals(*masked_totals(_vdot(d, d), tt, where))))
+        self.means[f"rel_mse_{head}"].add(float(ratio_of_totals(*masked_totals(row_dot(d, d), tt, where))))
         del d
         if pred_ck is not None:
             ck = pred_ck.double() - mu
-            self.means[f"roundtrip_cos_{head}"].add(mean(_cos_of_sums(_vdot(pc, ck), pcpc, _vdot(ck, ck))))
+            self.means[f"roundtrip_cos_{head}"].add(mean(cos_of_sums(row_dot(pc, ck), pcpc, row_dot(ck, ck))))
         return cos_rms[where]
 
     def update(self, batch: Any, outputs: tuple[Tensor, Tensor | None, Tensor | None],

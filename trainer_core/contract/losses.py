@@ -31,6 +31,8 @@ __all__ = [
     "accumulate_stats", "target_stats", "standardize", "destandardize",
     "row_cos", "row_cos_and_rms", "rms_norm", "real_slots", "distill_loss", "rel_mse",
     "PooledMean", "ResamplerMetrics", "SeededMetrics", "TokenAlignedMetrics", "health_verdict",
+    # the row sums and metric helpers the bridge and layerwise modules build on
+    "at_least_f32", "row_dot", "cos_of_sums", "cos_and_rms_of_sums", "running_min", "put_present",
 ]
 
 COS_EPS = 1e-8    # a zero row has cosine 0 with anything, never NaN
@@ -40,7 +42,7 @@ HEALTHY_CENTERED_COS = 0.96
 BROKEN_ROPE_BAND = (0.80, 0.92)   # around the ~0.87 signature quoted in §1
 
 
-def _wide(x: Tensor) -> Tensor:
+def at_least_f32(x: Tensor) -> Tensor:
     """x in at least float32 (bf16/f16 are upcast, float64 stays)."""
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
@@ -89,18 +91,18 @@ def destandardize(p: Tensor, mu: Tensor, sigma: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------- row math and the loss
 
-def _vdot(a: Tensor, b: Tensor) -> Tensor:
+def row_dot(a: Tensor, b: Tensor) -> Tensor:
     """Σ a·b over the last dim without an [..., D] temporary (2× the multiply-then-sum on the CPU)."""
     return torch.linalg.vecdot(a, b)
 
 
 def row_cos(p: Tensor, t: Tensor, eps: float = COS_EPS) -> Tensor:
     """Cosine of each row, [..., D] → [...]; a zero row gives 0 and finite gradients."""
-    p, t = _wide(p), _wide(t)
-    return _cos_of_sums(_vdot(p, t), _vdot(p, p), _vdot(t, t), eps)
+    p, t = at_least_f32(p), at_least_f32(t)
+    return cos_of_sums(row_dot(p, t), row_dot(p, p), row_dot(t, t), eps)
 
 
-def _cos_of_sums(dot: Tensor, pp: Tensor, tt: Tensor, eps: float = COS_EPS) -> Tensor:
+def cos_of_sums(dot: Tensor, pp: Tensor, tt: Tensor, eps: float = COS_EPS) -> Tensor:
     """The cosine from a row's p·t, p·p and t·t (row_cos without the passes over the rows)."""
     # clamp the squared norms before the root so neither value nor gradient can be NaN
     return dot / (pp.clamp_min(eps * eps).sqrt() * tt.clamp_min(eps * eps).sqrt())
@@ -110,11 +112,11 @@ def row_cos_and_rms(p: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
     """(row_cos(p, t), row_cos(rms_norm(p), rms_norm(t))) from one set of row sums, [..., D] → [...] each.
     rms_norm scales a row by r = rsqrt(mean(x²) + RMS_EPS) > 0, so the second is the first with each norm
     scaled by its r before the COS_EPS clamp: the same numbers without the two normalized copies."""
-    p, t = _wide(p), _wide(t)
-    return _cos_and_rms_of_sums(_vdot(p, t), _vdot(p, p), _vdot(t, t), p.shape[-1])
+    p, t = at_least_f32(p), at_least_f32(t)
+    return cos_and_rms_of_sums(row_dot(p, t), row_dot(p, p), row_dot(t, t), p.shape[-1])
 
 
-def _cos_and_rms_of_sums(dot: Tensor, pp: Tensor, tt: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+def cos_and_rms_of_sums(dot: Tensor, pp: Tensor, tt: Tensor, dim: int) -> tuple[Tensor, Tensor]:
     """row_cos_and_rms from a row's p·t, p·p and t·t, D = dim."""
     eps2 = COS_EPS * COS_EPS
     cos = dot / (pp.clamp_min(eps2).sqrt() * tt.clamp_min(eps2).sqrt())
@@ -126,8 +128,8 @@ def _cos_and_rms_of_sums(dot: Tensor, pp: Tensor, tt: Tensor, dim: int) -> tuple
 
 def rms_norm(x: Tensor) -> Tensor:
     """x·rsqrt(mean(x²) + 1e-5) per row (§0.6); not centred, so cos_rms ≈ the raw cosine."""
-    x = _wide(x)
-    return x * torch.rsqrt(_vdot(x, x)[..., None] / x.shape[-1] + RMS_EPS)
+    x = at_least_f32(x)
+    return x * torch.rsqrt(row_dot(x, x)[..., None] / x.shape[-1] + RMS_EPS)
 
 
 class _DistillRows(torch.autograd.Function):
@@ -146,9 +148,9 @@ class _DistillRows(torch.autograd.Function):
                 cos_weight: float, err_weight: Tensor | None) -> tuple[Tensor, ...]:
         d = p - t                                                        # [B, R, D]
         dw = d * inv_var                                                 # [B, R, D]: (p − t)/σ²
-        sq = _vdot(d, dw)                                                # [B, R]: Σ((p − t)/σ)²
-        err = _vdot(d, d) if err_weight is None else _vdot(d * err_weight, d)  # [B, R], raw-space Σ(p − t)²
-        dot, pp, tt = _vdot(p, t), _vdot(p, p), _vdot(t, t)              # [B, R]
+        sq = row_dot(d, dw)                                                # [B, R]: Σ((p − t)/σ)²
+        err = row_dot(d, d) if err_weight is None else row_dot(d * err_weight, d)  # [B, R], raw-space Σ(p − t)²
+        dot, pp, tt = row_dot(p, t), row_dot(p, p), row_dot(t, t)              # [B, R]
         eps2 = COS_EPS * COS_EPS
         p_norm, t_norm = pp.clamp_min(eps2).sqrt(), tt.clamp_min(eps2).sqrt()
         cos = dot / (p_norm * t_norm)                                    # [B, R]
@@ -191,7 +193,7 @@ def distill_loss(pred: Tensor, target: Tensor, sigma: Tensor, mask: Tensor | Non
     pair's raw-space error) and "ref" = Σt², of which rel_mse is made.
     """
     _check(pred, target, mask)
-    p, t = _wide(pred), _wide(target)                                    # [B, R, D]
+    p, t = at_least_f32(pred), at_least_f32(target)                                    # [B, R, D]
     if mask is not None and p.device.type == "cpu" and not bool(mask.all()):
         # on the CPU the rows kept are gathered first: a vision pack's batch is half pads, and the passes
         # below cost more than the gather (on a GPU the selection would wait for the device)
@@ -200,8 +202,8 @@ def distill_loss(pred: Tensor, target: Tensor, sigma: Tensor, mask: Tensor | Non
         t = t.reshape(-1, t.shape[-1]).index_select(0, keep)[None]
         mask = None
     rows = torch.ones(p.shape[:-1], dtype=torch.bool, device=p.device) if mask is None else mask
-    inv_var = _wide(sigma).to(p.device).pow(-2)                          # [D]
-    weight = None if err_weight is None else _wide(err_weight).to(p)
+    inv_var = at_least_f32(sigma).to(p.device).pow(-2)                          # [D]
+    weight = None if err_weight is None else at_least_f32(err_weight).to(p)
     with torch.autocast(p.device.type, enabled=False):
         loss, mse, cos, err, ref = _DistillRows.apply(p, t, inv_var.to(p.dtype), rows, float(cos_weight), weight)
     return loss, {"mse": mse, "cos": cos, "err": err, "ref": ref}
@@ -211,7 +213,7 @@ def _sq_sums(p: Tensor, t: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]
     """(Σ_m (p−t)², Σ_m t²) as 0-d float64 tensors: each row summed in the inputs' dtype (the same
     whatever batch the row is in), the rows in float64 — no float64 copy of whole batches."""
     d = p - t
-    return masked_totals(_vdot(d, d).double(), _vdot(t, t).double(), mask)          # rows [B, R]
+    return masked_totals(row_dot(d, d).double(), row_dot(t, t).double(), mask)          # rows [B, R]
 
 
 def masked_totals(err: Tensor, ref: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -225,7 +227,7 @@ def masked_totals(err: Tensor, ref: Tensor, mask: Tensor | None) -> tuple[Tensor
 def rel_mse(pred: Tensor, target: Tensor, mask: Tensor | None = None) -> Tensor:
     """Σ_m(p−t)² / Σ_m t² over the rows mask keeps (all rows when None), a 0-d tensor."""
     _check(pred, target, mask)
-    err, ref = _sq_sums(_wide(pred), _wide(target), mask)
+    err, ref = _sq_sums(at_least_f32(pred), at_least_f32(target), mask)
     return ratio_of_totals(err, ref)
 
 
@@ -257,14 +259,14 @@ class PooledMean:
         return self.total / self.count if self.count else None
 
 
-def _lowest(current: float | None, values: Tensor) -> float | None:
+def running_min(current: float | None, values: Tensor) -> float | None:
     if values.numel() == 0:
         return current
     low = float(values.min())
     return low if current is None else min(current, low)
 
 
-def _put(out: dict[str, float | int], name: str, value: float | None) -> None:
+def put_present(out: dict[str, float | int], name: str, value: float | None) -> None:
     if value is not None:   # a split with no rows is omitted, never written as 0
         out[name] = value
 
@@ -275,7 +277,7 @@ class ResamplerMetrics:
     mu [D] is the checkpoint's raw mean; pred, target, pred_ck are teacher-scale [B, R, D]."""
 
     def __init__(self, mu: Tensor) -> None:
-        self.mu = _wide(mu)
+        self.mu = at_least_f32(mu)
         self.means = {k: PooledMean() for k in
                       ("cos_centered", "cos_rms", "rel_mse", "cos_raw", "roundtrip_cos")}
         self.worst_row_cos_rms: float | None = None
@@ -283,34 +285,34 @@ class ResamplerMetrics:
 
     def update(self, pred: Tensor, target: Tensor, pred_ck: Tensor | None = None) -> None:
         _check(pred, target)
-        p, t = _wide(pred), _wide(target)                                # [B, R, D]
+        p, t = at_least_f32(pred), at_least_f32(target)                                # [B, R, D]
         mu = self.mu.to(p)
         # each row sum once (they are the metric's cost: [B, R, D] passes): t·t serves the raw cosines and
         # rel_mse, the centred prediction's norm both centred cosines — the same numbers as the helpers'
-        tt = _vdot(t, t)
-        cos_raw, cos_rms = _cos_and_rms_of_sums(_vdot(p, t), _vdot(p, p), tt, p.shape[-1])   # [B, R] each
+        tt = row_dot(t, t)
+        cos_raw, cos_rms = cos_and_rms_of_sums(row_dot(p, t), row_dot(p, p), tt, p.shape[-1])   # [B, R] each
         centred, t_c = p - mu, t - mu
-        cc = _vdot(centred, centred)
-        self.means["cos_centered"].add(_cos_of_sums(_vdot(centred, t_c), cc, _vdot(t_c, t_c)).mean())
+        cc = row_dot(centred, centred)
+        self.means["cos_centered"].add(cos_of_sums(row_dot(centred, t_c), cc, row_dot(t_c, t_c)).mean())
         self.means["cos_rms"].add(cos_rms.mean())
         d = p - t
-        err, ref = _vdot(d, d).double().sum(), tt.double().sum()
+        err, ref = row_dot(d, d).double().sum(), tt.double().sum()
         self.means["rel_mse"].add(err / ref.clamp_min(torch.finfo(ref.dtype).tiny))
         self.means["cos_raw"].add(cos_raw.mean())
         if pred_ck is not None:
             _check(pred, pred_ck)
-            ck = _wide(pred_ck) - mu
-            self.means["roundtrip_cos"].add(_cos_of_sums(_vdot(centred, ck), cc, _vdot(ck, ck)).mean())
-        self.worst_row_cos_rms = _lowest(self.worst_row_cos_rms, cos_rms)
+            ck = at_least_f32(pred_ck) - mu
+            self.means["roundtrip_cos"].add(cos_of_sums(row_dot(centred, ck), cc, row_dot(ck, ck)).mean())
+        self.worst_row_cos_rms = running_min(self.worst_row_cos_rms, cos_rms)
         self.batches += 1
 
     def result(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {}
         for name in ("cos_centered", "cos_rms"):
-            _put(out, name, self.means[name].value)
-        _put(out, "worst_row_cos_rms", self.worst_row_cos_rms)
+            put_present(out, name, self.means[name].value)
+        put_present(out, "worst_row_cos_rms", self.worst_row_cos_rms)
         for name in ("rel_mse", "cos_raw", "roundtrip_cos"):
-            _put(out, name, self.means[name].value)
+            put_present(out, name, self.means[name].value)
         out["val_batches"] = self.batches
         return out
 
@@ -333,7 +335,7 @@ class SeededMetrics:
     def update(self, pred: Tensor, target: Tensor, seed_len: Tensor,
                pred_ck: Tensor | None = None) -> None:
         _check(pred, target)
-        p, t = _wide(pred), _wide(target)                                # [B, Q, D]
+        p, t = at_least_f32(pred), at_least_f32(target)                                # [B, Q, D]
         batch, slots = p.shape[0], p.shape[1]
         seed_len = seed_len.to(device=p.device, dtype=torch.long)        # [B]
         if seed_len.shape != (batch,) or bool(((seed_len < 1) | (seed_len > slots)).any()):
@@ -348,16 +350,16 @@ class SeededMetrics:
         if pred_ck is not None:
             _check(pred, pred_ck)
             self.means["roundtrip_cos"].add_values(row_cos(p, pred_ck)[real])
-        self.worst_row_cos = _lowest(self.worst_row_cos, cos[real])
+        self.worst_row_cos = running_min(self.worst_row_cos, cos[real])
         self.batches += 1
 
     def result(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {}
         for name in ("cos", "cos_rms", "rel_mse"):
-            _put(out, name, self.means[name].value)
-        _put(out, "worst_row_cos", self.worst_row_cos)
+            put_present(out, name, self.means[name].value)
+        put_present(out, "worst_row_cos", self.worst_row_cos)
         for name in ("cos_eos", "roundtrip_cos"):
-            _put(out, name, self.means[name].value)
+            put_present(out, name, self.means[name].value)
         out["val_batches"] = self.batches
         return out
 
@@ -387,7 +389,7 @@ class TokenAlignedMetrics:
                pred_ck: Tensor | None = None) -> None:
         _check(pred, target, sup)
         _check(pred, target, vision)
-        p, t = _wide(pred), _wide(target)                                # [B, L, D]
+        p, t = at_least_f32(pred), at_least_f32(target)                                # [B, L, D]
         batch, length = p.shape[0], p.shape[1]
         cos = row_cos(p, t)                                              # [B, L]
         edit = vision.any(-1, keepdim=True)                              # [B, 1]
@@ -403,7 +405,7 @@ class TokenAlignedMetrics:
         sums = torch.where(in_slice, cos, cos.new_zeros(())).double().sum(-1)      # [B]
         per_sample = (sums / counts.clamp_min(1))[counts > 0]            # [B'] samples with rows
         self.means["cos_slice"].add_values(per_sample)
-        self.worst_sample_cos_slice = _lowest(self.worst_sample_cos_slice, per_sample)
+        self.worst_sample_cos_slice = running_min(self.worst_sample_cos_slice, per_sample)
 
         if pred_ck is not None:
             _check(pred, pred_ck, keep)
@@ -415,9 +417,9 @@ class TokenAlignedMetrics:
     def result(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {}
         for name in ("cos_slice", "cos_vis", "cos_txt", "cos_edit", "cos_t2i", "cos", "rel_mse"):
-            _put(out, name, self.means[name].value)
-        _put(out, "worst_sample_cos_slice", self.worst_sample_cos_slice)
-        _put(out, "roundtrip_cos", self.means["roundtrip_cos"].value)
+            put_present(out, name, self.means[name].value)
+        put_present(out, "worst_sample_cos_slice", self.worst_sample_cos_slice)
+        put_present(out, "roundtrip_cos", self.means["roundtrip_cos"].value)
         out["val_samples"] = self.samples
         out["val_batches"] = self.batches
         return out

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from trainer_core.contract.losses import VAR_MIN, PooledMean, _lowest, _put, _wide, row_cos
+from trainer_core.contract.losses import VAR_MIN, PooledMean, at_least_f32, put_present, row_cos, running_min
 
 __all__ = ["relative_sigma", "tap_cos", "layerwise_loss", "weighted_rel_mse", "LayerwiseMetrics"]
 
@@ -45,7 +45,7 @@ def layerwise_loss(pred_std: Tensor, t_std: Tensor, weight: Tensor, n_taps: int,
                    ) -> tuple[Tensor, dict[str, Tensor]]:
     """The weighted loss above; pred_std, t_std [B, R, D], weight [B, R] (0 = not a row). parts holds the
     detached "mse" and "cos"; a batch without weight gives 0, never NaN."""
-    p, t = _wide(pred_std), _wide(t_std)
+    p, t = at_least_f32(pred_std), at_least_f32(t_std)
     w = weight.to(p.dtype)
     total = w.sum().clamp_min(1e-12)
     mse = (w * ((p - t) ** 2).sum(-1)).sum() / (total * p.shape[-1])
@@ -55,7 +55,7 @@ def layerwise_loss(pred_std: Tensor, t_std: Tensor, weight: Tensor, n_taps: int,
 
 def weighted_rel_mse(pred: Tensor, target: Tensor, weight: Tensor) -> Tensor:
     """Σ w·Σ_d(p − t)² / Σ w·Σ_d t², raw rows."""
-    p, t = _wide(pred), _wide(target)
+    p, t = at_least_f32(pred), at_least_f32(target)
     w = weight.to(p.dtype)
     return (w * ((p - t) ** 2).sum(-1)).sum() / (w * (t * t).sum(-1)).sum().clamp_min(torch.finfo(p.dtype).tiny)
 
@@ -74,7 +74,7 @@ class LayerwiseMetrics:
     """
 
     def __init__(self, mu: Tensor, sigma: Tensor, taps: tuple[int, ...]) -> None:
-        self.mu, self.sigma, self.taps = _wide(mu), _wide(sigma), tuple(taps)
+        self.mu, self.sigma, self.taps = at_least_f32(mu), at_least_f32(sigma), tuple(taps)
         names = ("cos", "cos_tokens", "cos_pads", "cos_dit", "cos_centered", "cos_raw", "cos_full", "rel_mse",
                  "roundtrip_cos", *(f"cos_tap_{k}" for k in self.taps))
         self.means = {k: PooledMean() for k in names}
@@ -84,7 +84,7 @@ class LayerwiseMetrics:
     def update(self, pred: Tensor, target: Tensor, *, weight: Tensor, pad: Tensor,
                pred_ck: Tensor | None = None) -> None:
         """pred, target, pred_ck teacher-scale [B, R, D]; weight [B, R] (0 off the rows); pad [B, R] bool."""
-        p, t = _wide(pred), _wide(target)
+        p, t = at_least_f32(pred), at_least_f32(target)
         n = len(self.taps)
         mu, sigma = self.mu.to(p), self.sigma.to(p)
         ps, ts = (p - mu) / sigma, (t - mu) / sigma
@@ -107,20 +107,20 @@ class LayerwiseMetrics:
             pool(f"cos_tap_{k}", per_tap[..., i], rows)
         self.means["rel_mse"].add((w * ((p - t) ** 2).sum(-1)).sum(), (w * (t * t).sum(-1)).sum())
         per_sample = (cos * w).sum(-1) / w.sum(-1).clamp_min(1e-12)                 # [B]
-        self.worst_sample_cos = _lowest(self.worst_sample_cos, per_sample[w.sum(-1) > 0])
+        self.worst_sample_cos = running_min(self.worst_sample_cos, per_sample[w.sum(-1) > 0])
         if pred_ck is not None:
-            pool("roundtrip_cos", tap_cos(ps, (_wide(pred_ck) - mu) / sigma, n), rows)
+            pool("roundtrip_cos", tap_cos(ps, (at_least_f32(pred_ck) - mu) / sigma, n), rows)
         self.samples += p.shape[0]
         self.batches += 1
 
     def result(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {}
         for name in ("cos", "cos_tokens", "cos_pads", "cos_dit", "cos_centered", "cos_raw", "cos_full", "rel_mse"):
-            _put(out, name, self.means[name].value)
-        _put(out, "worst_sample_cos", self.worst_sample_cos)
-        _put(out, "roundtrip_cos", self.means["roundtrip_cos"].value)
+            put_present(out, name, self.means[name].value)
+        put_present(out, "worst_sample_cos", self.worst_sample_cos)
+        put_present(out, "roundtrip_cos", self.means["roundtrip_cos"].value)
         for k in self.taps:
-            _put(out, f"cos_tap_{k}", self.means[f"cos_tap_{k}"].value)
+            put_present(out, f"cos_tap_{k}", self.means[f"cos_tap_{k}"].value)
         out["val_samples"] = self.samples
         out["val_batches"] = self.batches
         return out

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.packs.ming_image.vision import GELU_MODES, _build_tower, _merged_rows
+from trainer_core.packs.ming_image.vision import GELU_MODES, build_tower, merged_rows
 
 __all__ = ["PROJECTOR", "mmproj_names", "read_mmproj", "StockVision", "write_mmproj"]
 
@@ -121,7 +121,7 @@ class StockVision(nn.Module):
 
     def __init__(self, vision_config: Mapping[str, Any], dtype: torch.dtype = torch.float32):
         super().__init__()
-        self.vision = _build_tower(vision_config, dtype)
+        self.vision = build_tower(vision_config, dtype)
         if isinstance(self.vision.merger.mlp[1], nn.GELU):
             self.vision.merger.mlp[1] = nn.GELU(approximate=GELU_MODES["tanh"])
         self.out_hidden = int(self.vision.config.out_hidden_size)
@@ -155,7 +155,7 @@ class StockVision(nn.Module):
         grid = torch.as_tensor(grid_thw, dtype=torch.long).reshape(-1, 3)
         out = self.vision(hidden_states=torch.as_tensor(pixel_patches).to(param.device, param.dtype),
                           grid_thw=grid.to(param.device))
-        return _merged_rows(out).float()
+        return merged_rows(out).float()
 
 
 def write_mmproj(path: str | os.PathLike, tower: nn.Module, n_wa_pattern: int, dtype: str = "f16") -> Path:

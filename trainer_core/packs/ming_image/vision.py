@@ -34,7 +34,8 @@ from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.vis_bridge import L2_EPS, l2_rows
 
 __all__ = ["VISION_PREFIX", "PROJ_PREFIX", "PROJ_NAMES", "RECOMPUTED", "L2_EPS", "GELU_MODES", "mllm_folder",
-           "read_vision_config", "VisionTensors", "vision_tensors", "l2_rows", "tokens_per_image", "MingVision"]
+           "read_vision_config", "VisionTensors", "vision_tensors", "l2_rows", "tokens_per_image", "MingVision",
+           "build_tower", "merged_rows"]
 
 VISION_PREFIX, PROJ_PREFIX = "vision.", "linear_proj."
 PROJ_NAMES = ("linear_proj.0.weight", "linear_proj.0.bias", "linear_proj.2.weight", "linear_proj.2.bias")
@@ -147,7 +148,7 @@ def tokens_per_image(grid_thw: Any, merge: int = 2) -> list[int]:
     return [int(t * h * w) // (merge * merge) for t, h, w in grid.tolist()]
 
 
-def _build_tower(vision_config: Mapping[str, Any], dtype: torch.dtype) -> nn.Module:
+def build_tower(vision_config: Mapping[str, Any], dtype: torch.dtype) -> nn.Module:
     from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
     try:
@@ -175,7 +176,7 @@ class MingVision(nn.Module):
         if gelu not in GELU_MODES:
             raise ValueError(f"gelu must be one of {sorted(GELU_MODES)}, not {gelu!r}")
         self.gelu = gelu
-        self.vision = _build_tower(vision_config, dtype)
+        self.vision = build_tower(vision_config, dtype)
         merger_act = self.vision.merger.mlp[1]
         if isinstance(merger_act, nn.GELU):
             self.vision.merger.mlp[1] = nn.GELU(approximate=GELU_MODES[gelu])
@@ -233,7 +234,7 @@ class MingVision(nn.Module):
         if bool((grid[:, 1:] % self.merge).any()):
             raise ValueError(f"every grid height and width must be a multiple of {self.merge}: {grid.tolist()}")
         out = self.vision(hidden_states=x.to(param.device, param.dtype), grid_thw=grid.to(param.device))
-        merged = _merged_rows(out)                                                  # [n, out_hidden]
+        merged = merged_rows(out)                                                  # [n, out_hidden]
         return l2_rows(self.linear_proj(merged).float())                            # [n, H]
 
     @torch.inference_mode()
@@ -245,7 +246,7 @@ class MingVision(nn.Module):
         return list(self.encode(pixel_patches, grid_thw).split(tokens_per_image(grid_thw, self.merge)))
 
 
-def _merged_rows(out: Any) -> torch.Tensor:
+def merged_rows(out: Any) -> torch.Tensor:
     """The merger's rows from whatever the tower returned: transformers 5 gives a ModelOutput with
     `pooler_output`, 4.x the tensor itself."""
     if isinstance(out, torch.Tensor):
