@@ -97,17 +97,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.profile:
             profile_a(project, args.profile)
-        if args.no_rss:
-            print_table(figures)
-            print(json.dumps(figures))
-            return 0
-        big = build_project(Path(tmp) / f"{args.scale}x", args, args.prompts * args.scale)
-        small_rss, big_rss = (peak_rss_child(p, args) for p in (project, big))
-    figures.update(peak_rss_mib_1x=small_rss["peak_rss_mib"], peak_rss_mib_8x=big_rss["peak_rss_mib"],
-                   rss_growth=round(big_rss["peak_rss_mib"] / small_rss["peak_rss_mib"], 3),
-                   train_rss_growth=_ratio(big_rss["train_peak_rss_mib"], small_rss["train_peak_rss_mib"]),
-                   rss_file_delta_mib=round(big_rss["max_rss_file_mib"] - small_rss["max_rss_file_mib"], 1),
-                   rss_children=[small_rss, big_rss])
+        if not args.no_rss:
+            big = build_project(Path(tmp) / f"{args.scale}x", args, args.prompts * args.scale)
+            small_rss, big_rss = (peak_rss_child(p, args) for p in (project, big))
+            figures.update(peak_rss_mib_1x=small_rss["peak_rss_mib"], peak_rss_mib_8x=big_rss["peak_rss_mib"],
+                           rss_growth=round(big_rss["peak_rss_mib"] / small_rss["peak_rss_mib"], 3),
+                           train_rss_growth=_ratio(big_rss["train_peak_rss_mib"], small_rss["train_peak_rss_mib"]),
+                           rss_file_delta_mib=round(big_rss["max_rss_file_mib"] - small_rss["max_rss_file_mib"], 1),
+                           rss_children=[small_rss, big_rss])
     print_table(figures)
     print(json.dumps(figures))
     return 0
