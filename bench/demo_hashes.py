@@ -1,0 +1,73 @@
+"""The demo exports' fingerprints: for every demo pack, build the demo, run the whole pipeline in a
+fresh `gguf-trainer run` process, and hash what it exported (the adapter GGUF, the pack's extra
+outputs) and eval.json without its clock fields (`time`, `seconds`) and the paths it names.
+
+    PYTHONPATH=. python bench/demo_hashes.py [--pack ID ...] [--keep DIR]
+
+The last stdout line is JSON: {"capability", "torch", "packs": {id: {"gguf", "extras", "eval",
+"wall_s"}}}. A refactor that must not change behaviour compares this before and after;
+tests/test_demo_hashes.py keeps the recorded figures (tests/data/demo_hashes.json).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+VOLATILE = ("time", "seconds", "gguf")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def eval_fingerprint(path: Path) -> str:
+    """sha256 of eval.json without the fields that name the clock or the folder it ran in."""
+    record = json.loads(path.read_text())
+    for key in VOLATILE:
+        record.pop(key, None)
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def fingerprint(project_dir: Path) -> dict:
+    from trainer_core.project import Project
+    project = Project.open(project_dir)
+    return {"gguf": sha256(project.gguf_path()),
+            "extras": {p.name: sha256(p) for p in project.pack.extra_outputs(project)},
+            "eval": eval_fingerprint(project.eval_json)}
+
+
+def main() -> None:
+    import torch
+
+    from trainer_core.packs import DEMO_PACKS
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pack", nargs="*", default=list(DEMO_PACKS))
+    parser.add_argument("--keep", default=None, help="build the projects under this folder and keep them")
+    args = parser.parse_args()
+    top = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="demo-hashes-"))
+    env = {**os.environ, "GGUF_TRAINER_HOME": str(top / "home"), "PYTHONPATH": str(ROOT)}
+    packs = {}
+    for pack_id in args.pack:
+        folder = top / pack_id
+        started = time.monotonic()
+        for argv in (["demo", "--pack", pack_id, "--project", str(folder)], ["run", "--project", str(folder)]):
+            subprocess.run([sys.executable, "-m", "trainer_core", *argv], env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+        packs[pack_id] = {**fingerprint(folder), "wall_s": round(time.monotonic() - started, 1)}
+        print(pack_id, json.dumps(packs[pack_id]), file=sys.stderr, flush=True)
+    print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+                      "packs": packs}))
+
+
+if __name__ == "__main__":
+    main()
