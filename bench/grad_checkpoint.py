@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from trainer_core.contract.adapter import AdapterConfig, build_adapter
+from trainer_core.contract.kinds import AdapterConfig, build_adapter
 
 KINDS = {
     "resampler": dict(kind="resampler", in_dim=1024, out_dim=2048, width=1024, depth=6, num_queries=256),
@@ -38,14 +38,14 @@ _L, _SLOTS = 64, 300          # student rows; the bridge's template slots (a tex
 def inputs(config: AdapterConfig, batch: int, device: torch.device) -> tuple[tuple, dict, list[torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
     h = torch.randn(batch, _L, config.in_dim, generator=g).to(device)
-    if config.bridge:
+    if config.kind == "qwen35_bridge":
         kw = {"seed_ids": torch.randint(0, config.seed_vocab, (batch, _SLOTS), generator=g).to(device),
               "vis_kv": torch.randn(batch, 256, config.vis_dim, generator=g).to(device),
               "bank_hidden": torch.randn(batch, config.n_bank, config.in_dim, generator=g).to(device)}
         targets = [torch.randn(batch, config.n_bank, config.bank_dim, generator=g).to(device),
                    torch.randn(batch, _SLOTS, config.out_dim, generator=g).to(device)]
         return (h,), kw, targets
-    rows = _L if config.token_aligned else config.num_queries
+    rows = config.num_queries or _L          # a resampler's queries, else one row per student row
     return (h,), {}, [torch.randn(batch, rows, config.out_dim, generator=g).to(device)]
 
 

@@ -57,7 +57,7 @@ from typing import Any, Iterator
 import torch
 
 from trainer_core.base.allocator import keep_heap_pad, keep_large_blocks
-from trainer_core.contract.adapter import build_adapter
+from trainer_core.contract.kinds import build_adapter
 from trainer_core.demo.build import build_demo
 from trainer_core.demo.fixtures import demo_prompts
 from trainer_core.base.errors import TrainerError

@@ -5,7 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from trainer_core.contract.adapter import AdapterConfig, build_adapter, count_parameters, expected_tensor_count
+from trainer_core.contract.adapter import count_parameters
+from trainer_core.contract.kinds import AdapterConfig, build_adapter, expected_tensor_count
 
 RESAMPLER_BLOCK = [
     "ln_self.weight", "ln_self.bias",
@@ -31,7 +32,7 @@ REFERENCE = {
 
 
 def expected_names(config: AdapterConfig) -> list[str]:
-    if config.token_aligned:
+    if config.kind == "token_aligned_vision":
         head = ["vision_proj.weight", "in_proj.weight", "in_proj.bias", "vis_in.weight"]
         block, tail = TOKEN_BLOCK, TAIL + ["skip.weight", "skip.bias"]
     else:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from trainer_core.base.allocator import MMAP_THRESHOLD, needs_large_blocks
-from trainer_core.contract.adapter import AdapterConfig
+from trainer_core.contract.kinds import AdapterConfig
 from trainer_core.stages.precompute import large_block_batches
 from trainer_core.stages.train import large_block_step
 

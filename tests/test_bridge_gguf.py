@@ -15,9 +15,11 @@ from bridge_numpy import bridge_forward, engine_bank_hidden, engine_bank_rows, g
 from test_gguf_io import PROV, f16_rounded, random_adapter
 from trainer_core.base.errors import ModelFileError
 from trainer_core.cli import main
-from trainer_core.contract.adapter import AdapterConfig, Bridge, expected_tensor_count
+
 from trainer_core.contract.adapter_export import export_checkpoint
-from trainer_core.contract.adapter_layout import detect_layout, expected_ne, gguf_dtype
+from trainer_core.contract.adapter import Bridge
+from trainer_core.contract.kinds import (AdapterConfig, build_adapter, detect_layout, expected_ne, expected_tensor_count,
+                                         gguf_dtype)
 from trainer_core.contract.gguf_io import (Provenance, read_adapter_gguf, read_gguf_kvs, read_gguf_string_array,
                                            write_adapter_gguf)
 
@@ -133,7 +135,7 @@ def test_reference_sizes_tensor_counts(bank, count):
     ne = expected_ne(c)
     assert expected_tensor_count(c) == len(ne) == count
     with torch.device("meta"):                       # the names and shapes, without 235M parameters
-        state = Bridge(c).state_dict()
+        state = build_adapter(c).state_dict()
     assert list(ne) == list(state)
     assert all(ne[n] == tuple(reversed(t.shape)) for n, t in state.items())
     assert ne["slot_query"] == (1024, 2304) and ne["seed_embed.weight"] == (384, 248320)

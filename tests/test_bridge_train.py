@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from trainer_core.contract.adapter import AdapterConfig, build_adapter
+from trainer_core.contract.kinds import AdapterConfig, build_adapter
 from trainer_core.contract.bridge import bank_length, bridge_forward, bridge_loss
 from trainer_core.contract.shards import write_shard
-from trainer_core.contract.stream import _ShardRows, val_batches
+from trainer_core.contract.stream import ShardRows, val_batches
 from trainer_core.packs.qwen35_bridge.seed_table import fit_seed_table, load_seed_table, save_seed_table
 
 IN, OUT, VIS, BANK, NB, VOCAB = 24, 20, 12, 16, 80, 50
@@ -57,7 +57,7 @@ def _write(path, samples, n_bank=NB) -> None:
                         "bank_body": i32([0 if s["bank"] is None else s["body"] for s in samples]),
                         "bank_slots": i32([n_bank]), "bstat_s": torch.zeros(BANK, dtype=torch.float64),
                         "bstat_s2": torch.ones(BANK, dtype=torch.float64), "bstat_n": torch.tensor([1])})
-    write_shard(path, tensors, {"pack": "qwen35_bridge"}, ["p"] * len(samples))
+    write_shard(path, tensors, {"pack": "qwen35_bridge", "kind": "qwen35_bridge"}, ["p"] * len(samples))
 
 
 def _bf(t: torch.Tensor) -> torch.Tensor:
@@ -67,7 +67,7 @@ def _bf(t: torch.Tensor) -> torch.Tensor:
 def test_reader_expands_the_bank_and_places_vision(tmp_path):
     samples = _samples()
     _write(tmp_path / "val-00000.safetensors", samples)
-    batch = _ShardRows(tmp_path / "val-00000.safetensors").collate([0, 1, 2, 3])
+    batch = ShardRows(tmp_path / "val-00000.safetensors").collate([0, 1, 2, 3])
     b = batch.bridge
     assert batch.seed_ids.shape == (4, 20) and batch.tmask.sum(1).tolist() == [9, 14, 20, 6]
     assert torch.equal(batch.seed_ids[2, :20], samples[2]["ids"])

@@ -183,8 +183,12 @@ def test_default_pack_is_llada_image():
 
 
 def test_settings_dataclass_defaults_equal_reference_table():
+    """The built-in defaults know no pack: the reference table's pack and name are the default pack's."""
     actual = Settings().to_dict()
-    assert _project(actual, REFERENCE_FLAT) == REFERENCE_FLAT
+    assert actual["pack"] == ""
+    packless = {k: v for k, v in REFERENCE_FLAT.items() if k not in ("pack", "name")}
+    assert _project(actual, packless) == packless
+    assert _project(default_settings_dict(), REFERENCE_FLAT) == REFERENCE_FLAT
 
 
 def test_empty_dict_loads_as_defaults():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer_core.contract.adapter import AdapterConfig, build_adapter
+from trainer_core.contract.kinds import AdapterConfig, build_adapter
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.gguf_io import Provenance, read_adapter_gguf, write_adapter_gguf
 
@@ -45,7 +45,7 @@ def stats(seed: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
 def export(tmp_path: Path, kind: str, model=None) -> tuple[Path, torch.nn.Module, dict]:
     config = CONFIGS[kind]
     model = model or random_adapter(config)
-    fold = dict(zip(("mu", "sigma"), stats())) if config.standardized else {}
+    fold = dict(zip(("mu", "sigma"), stats())) if config.spec.standardized else {}
     path = write_adapter_gguf(tmp_path / f"pig_{kind}-f16.gguf", model, config, name="pig_test",
                               pack="test_pack", provenance=PROV, pack_kvs=PACK_KVS, **fold)
     return path, model, fold
@@ -66,8 +66,11 @@ def inputs(kind: str, seed: int = 9):
 
 def f16_rounded(model: torch.nn.Module, fold: dict) -> torch.nn.Module:
     """The torch model with exactly the weights the file holds: folded in f32, 2-D cast to f16."""
-    from trainer_core.contract.gguf_io import fold_standardization, gguf_dtype
-    state = fold_standardization(model.state_dict(), **fold) if fold else model.state_dict()
+    from trainer_core.contract.gguf_io import fold_standardization
+    from trainer_core.contract.kinds import gguf_dtype
+    c = model.config
+    state = (fold_standardization(model.state_dict(), **fold, bank_head=c.spec.bank_head(c)) if fold
+             else model.state_dict())
     rounded = {k: v.to(torch.float16).to(torch.float32) if gguf_dtype(k, v.ndim) == "f16" else v.clone()
                for k, v in state.items()}
     clone = build_adapter(model.config).eval()

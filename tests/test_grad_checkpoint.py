@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer_core.contract.adapter import AdapterConfig, build_adapter
+from trainer_core.contract.kinds import AdapterConfig, build_adapter
 from trainer_core.stages.train import grad_checkpointing
 
 CONFIGS = {
@@ -25,7 +25,7 @@ def _train(config: AdapterConfig, on: bool, calls: list[int]) -> dict[str, torch
     g = torch.Generator().manual_seed(1)
     h = torch.randn(3, 7, config.in_dim, generator=g)
     kw = ({"seed_ids": torch.randint(0, 40, (3, 11), generator=g), "vis_kv": torch.randn(3, 4, 16, generator=g),
-           "bank_hidden": torch.randn(3, 80, 32, generator=g)} if config.bridge else {})
+           "bank_hidden": torch.randn(3, 80, 32, generator=g)} if config.kind == "qwen35_bridge" else {})
     for block in model.blocks:
         original = block.forward
 

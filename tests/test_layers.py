@@ -1,12 +1,15 @@
-"""The shape of the code: one-way layers, no import cycle, pack facts in packs/, checkpoint
-names in one module (docs/ARCHITECTURE.md, "Layers").
+"""The shape of the code: one-way layers, no import cycle, pack and adapter-kind facts in their own
+folders, checkpoint names in one module (docs/ARCHITECTURE.md, "Layout").
 
-Every import is read from the source with `ast`, lazy ones (inside functions) included; only
-imports under `if TYPE_CHECKING:` are left out, as they never run.
+Every import is read from the source with `ast`: lazy ones (inside functions) and those under
+`if TYPE_CHECKING:` included, since a type-only import is still a dependency the next change turns
+into a real one. The registries' discovery (the kinds found in their folder, the packs found by entry
+point) counts as imports of what they find. The layer order is the one docs/ARCHITECTURE.md states.
 """
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -14,8 +17,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("trainer_core", "ui")
 
+
+
+def _documented_layers() -> tuple[str, ...]:
+    """The one layer order, bottom up, as docs/ARCHITECTURE.md writes it ("Layers, bottom up: a, b, …")."""
+    found = re.search(r"^Layers, bottom up: (.+)$", (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8"),
+                      re.MULTILINE)
+    assert found, "docs/ARCHITECTURE.md states no layer order"
+    return tuple(name.strip(" .`") for name in found.group(1).split(","))
+
+
 # bottom up; a module may import its own layer and the layers below, never one above
-LAYERS = ("base", "contract", "fixtures", "packs", "project", "stages", "services", "ui")
+LAYERS = _documented_layers()
 
 
 def layer_of(module: str) -> str:
@@ -51,29 +64,11 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _is_type_checking(node: ast.AST) -> bool:
-    test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (
-        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
-
-
-def _runtime_nodes(tree: ast.AST):
-    """Every node except those under `if TYPE_CHECKING:`."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if not _is_type_checking(child):
-                stack.append(child)
-
-
 def _imported(module: str, path: Path) -> set[str]:
     """The names this module imports at run time (modules of ours, or the top package of others)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
-    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -93,11 +88,30 @@ def _ours(name: str) -> str | None:
     return name or None
 
 
+def _discovered() -> dict[str, set[str]]:
+    """What the registries import without naming it: every kind module of contract/kinds/ (and of the
+    entry points), every pack's module (folder or entry point)."""
+    from trainer_core.contract.kinds import registered
+    from trainer_core.packs import PACKS
+    kinds = {type(k).__module__ for k in registered().values()}
+    packs = {type(p).__module__ for p in PACKS.values()} | {_pack_module(p) for p in PACKS.values()}
+    return {"trainer_core.contract.kinds": {m for m in kinds if m in MODULES},
+            "trainer_core.packs": {m for m in packs if m in MODULES}}
+
+
+def _pack_module(pack) -> str:
+    import sys
+    return next((name for name, module in list(sys.modules.items())
+                 if getattr(module, "PACK", None) is pack and name in MODULES), type(pack).__module__)
+
+
 def _graph() -> dict[str, set[str]]:
     graph = {}
     for module, path in MODULES.items():
         targets = {_ours(n) for n in _imported(module, path)}
         graph[module] = {t for t in targets if t and t != module}
+    for registry, found in _discovered().items():
+        graph[registry] |= found - {registry}
     return graph
 
 
@@ -149,12 +163,18 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_the_checker_sees_a_cycle_and_lazy_imports():
+def test_the_checker_sees_a_cycle_lazy_and_type_checking_imports(tmp_path):
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    # a lazy import inside a function counts; one under TYPE_CHECKING does not
-    tree = ast.parse("if TYPE_CHECKING:\n    import x\ndef f():\n    import y\n")
-    found = {a.name for n in _runtime_nodes(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert found == {"y"}
+    # a lazy import inside a function counts, and so does one under TYPE_CHECKING
+    module = tmp_path / "m.py"
+    module.write_text("if TYPE_CHECKING:\n    import x\ndef f():\n    import y\n")
+    assert _imported("m", module) == {"x", "y"}
+
+
+def test_the_registries_count_as_importing_what_they_discover():
+    assert {"trainer_core.contract.kinds.resampler", "trainer_core.contract.kinds.qwen35_bridge"} <= \
+        GRAPH["trainer_core.contract.kinds"]
+    assert "trainer_core.packs.llada_image" in GRAPH["trainer_core.packs"]
 
 
 def test_no_import_cycle():
@@ -180,14 +200,17 @@ def _string_constants(path: Path):
             yield node
 
 
-def test_no_pack_id_outside_packs():
-    from trainer_core.contract.adapter import KINDS
+def _owns_kind_or_pack_facts(module: str) -> bool:
+    return module.startswith(("trainer_core.packs", "trainer_core.contract.kinds"))
+
+
+def test_no_pack_id_or_adapter_kind_outside_their_folders():
+    """No exemption: a kind named like the pack that introduced it is still a leak outside both."""
+    from trainer_core.contract.kinds import kind_names
     from trainer_core.packs import PACKS
-    allowed = {"trainer_core.base.config"}   # the reference project.json's default pack
-    # an adapter kind may share its name with the pack that introduced it (the engine's "qwen35_bridge")
-    found = [f"{m}:{node.lineno} {node.value!r}" for m, path in MODULES.items()
-             if not m.startswith("trainer_core.packs") and m not in allowed
-             for node in _string_constants(path) if node.value in PACKS and node.value not in KINDS]
+    names = set(PACKS) | set(kind_names()) | {"token_aligned", "layerwise"}
+    found = [f"{m}:{node.lineno} {node.value!r}" for m, path in MODULES.items() if not _owns_kind_or_pack_facts(m)
+             for node in _string_constants(path) if node.value in names]
     assert found == []
 
 

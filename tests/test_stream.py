@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import trainer_core.contract.batch as batch_module
 import trainer_core.contract.stream as stream_module
 from trainer_core.contract.shards import Shard, write_shard
 from trainer_core.contract.stream import ShardStream, StreamPosition, val_batches
@@ -26,7 +27,8 @@ def _shard(path, lens, t_lens, in_dim=6, out_dim=5, seeded=False, seed=0):
     if seeded:
         tensors["seed_ids"] = torch.randint(0, 50, (len(lens), 4), generator=g, dtype=torch.int32)
         tensors["seed_len"] = t_lens.clone()
-    write_shard(path, tensors, {"samples": len(lens)}, [f"p{i}" for i in range(len(lens))])
+    kind = "seeded_resampler" if seeded else "resampler"
+    write_shard(path, tensors, {"samples": len(lens), "kind": kind}, [f"p{i}" for i in range(len(lens))])
     return path
 
 
@@ -54,7 +56,7 @@ def _naive(path, rows, window=None):
 @pytest.mark.parametrize("big", [False, True], ids=["one-gather", "per-sample-copies"])
 def test_a_gathered_batch_equals_the_rows_read_one_by_one(tmp_path, monkeypatch, big):
     if big:     # the path batches of the reference size take
-        monkeypatch.setattr(stream_module, "_BIG", 0)
+        monkeypatch.setattr(batch_module, "BIG", 0)
     path = _shard(tmp_path / "a.safetensors", [3, 7, 1, 5, 2, 9, 4], [2, 4, 1, 3, 2, 6, 1])
     rows = [5, 0, 3, 2]
     batch = ShardStream([path], 4, seed=1)._rows(0).collate(rows)
@@ -139,12 +141,12 @@ def test_validation_reads_one_shard_at_a_time_never_the_whole_set(tmp_path, monk
     package holds every val row in RAM, ~4 GB for Qwen-Image 2.1)."""
     files = [_shard(tmp_path / f"v{i}.safetensors", [3, 1, 4], [2, 1, 3], seed=i) for i in range(4)]
     opened = []
-    real_init = stream_module._ShardRows.__init__
+    real_init = stream_module.ShardRows.__init__
 
     def counting_init(self, path):
         opened.append(path)
         real_init(self, path)
-    monkeypatch.setattr(stream_module._ShardRows, "__init__", counting_init)
+    monkeypatch.setattr(stream_module.ShardRows, "__init__", counting_init)
     batches = val_batches(files, 3)
     next(batches)
     assert opened == files[:1]

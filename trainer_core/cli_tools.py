@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from trainer_core.base.errors import TrainerError, UsageError
@@ -125,6 +126,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
     from trainer_core.contract.gguf_io import read_adapter_gguf
     from trainer_core.infer import compare_rows, parse_vis_pos, read_ids, read_rows, run_adapter, save_rows
     from trainer_core.contract.losses import health_verdict
+    from trainer_core.packs import get_pack
 
     adapter = read_adapter_gguf(args.adapter)
     c = adapter.config
@@ -136,7 +138,6 @@ def cmd_infer(args: argparse.Namespace) -> int:
     if args.hidden is not None:
         hidden = read_rows(args.hidden, c.in_dim, "--hidden")
     else:
-        from trainer_core.packs import get_pack
         from trainer_core.contract.student import load_student
         pack = get_pack(args.pack)
         student = load_student(args.student, args.tokenizer)
@@ -150,17 +151,16 @@ def cmd_infer(args: argparse.Namespace) -> int:
     seed_ids = read_ids(args.seed_ids, "--seed-ids") if args.seed_ids else None
     vis_pos = parse_vis_pos(args.vis_pos) if args.vis_pos else None
     vis = read_rows(args.vis, c.vis_dim, "--vis") if args.vis else None
-    if c.kind == "ming_image" and seed_ids is None and args.prompt is not None:
-        from trainer_core.infer import ming_seed_ids                    # the engine's ids, from the file's tokenizer
-        seed_ids, start = ming_seed_ids(args.adapter, args.prompt, 0 if vis is None else vis.shape[0])
+    if args.prompt is not None:      # what the engine derives from the prompt besides the student's rows
+        derived = get_pack(args.pack).prompt_inputs(Path(args.adapter), args.prompt, vis)
+        seed_ids = seed_ids if seed_ids is not None else derived.get("--seed-ids")
         if vis is not None and vis_pos is None:
-            vis_pos = [(start, vis.shape[0])]
+            vis_pos = derived.get("--vis-pos")
     rows = run_adapter(adapter, hidden, t5_ids, vis, seed_ids=seed_ids, vis_pos=vis_pos, bank=args.bank)
     result: dict[str, Any] = {"adapter": str(adapter.path), "variant": c.kind, "input_rows": int(hidden.shape[0]),
                               "output_shape": list(rows.shape)}
-    if c.bridge:
-        result["head"] = ("caption" if args.bank else "caption+direct") if c.kind == "ming_image" else \
-            ("bank" if args.bank else "slots")
+    if c.spec.head_label(args.bank) is not None:
+        result["head"] = c.spec.head_label(args.bank)
     if args.out:
         save_rows(args.out, rows)
         result["out"] = args.out
@@ -171,7 +171,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    head = f" ({result['head']})" if c.bridge else ""
+    head = f" ({result['head']})" if "head" in result else ""
     print(f"{result['variant']} adapter: {result['input_rows']} student rows -> output{head} "
           f"{result['output_shape'][0]} x {result['output_shape'][1]}")
     if args.out:

@@ -7,7 +7,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from trainer_core.contract.vis_bridge import detect_bridge
 from trainer_core.contract.gguf_io import PREFIX, STUDENT_MARKER, layout_of, read_gguf_kvs, read_gguf_tensors
 
 __all__ = ["describe_gguf", "STUDENT_MARKER"]
@@ -30,11 +29,8 @@ def describe_gguf(path: str | os.PathLike) -> dict[str, Any]:
                     config=config.to_dict() if config else None,
                     heads=config.heads if config else None,
                     problems=[{"message": p.message, "fatal": p.fatal} for p in problems])
-        bridge = detect_bridge({n: t.shape_ne for n, t in tensors.items()})
-        if config is not None and config.kind == "ming_image" and bridge is not None:
-            # the stock-mmproj bridge: its input is the mmproj's merger width (3584 for Qwen2.5-VL-7B)
-            info["config"]["vis_bridge"] = (f"in {bridge.in_dim} -> out {bridge.out_dim}, width {bridge.width}, "
-                                            f"depth {bridge.depth}")
+        if config is not None:
+            info["config"].update(config.spec.describe(config, tensors))     # what the kind adds (Ming's vis_bridge)
         return info
     if STUDENT_MARKER in tensors:
         info.update(kind="student", **_describe_student(tensors))

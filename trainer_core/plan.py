@@ -257,24 +257,18 @@ def _stage(seconds: float | None, disk: float, ram: float | None, vram: float | 
 
 
 def _adapter_params(project: Project) -> int:
-    """Parameters of the adapter the settings build, counted from the pack's shapes without torch (the
-    GUI process never imports it): blocks of q/k/v/o + MLP + norms, the heads, the kind's extras."""
+    """Parameters of the adapter the settings build: the pack's config of the teacher's dims (the reference
+    dims while the teacher is not on disk), counted by its kind from the tensors it has (no torch: the GUI
+    process never imports it)."""
     try:
         dims = project.pack.teacher_dims(project)
     except TrainerError:
         dims = dict(project.pack.reference_dims)
-    t, kind = project.settings.train, project.pack.adapter_kind
-    w, mlp, n_in, out = t.width, 4 * t.width, student_width(project), int(dims.get("out_dim", 0))
-    attn = (4 * w * w + 4 * w) * (2 if kind in ("resampler", "seeded_resampler") else 1)
-    block = attn + 2 * w * mlp + mlp + w + 2 * w * (4 if kind in ("resampler", "seeded_resampler") else 2)
-    total = n_in * w + w + t.depth * block + 2 * w + w * out + out
-    if kind in ("resampler", "seeded_resampler"):
-        total += int(dims.get("num_queries", 0)) * w + (int(dims.get("seed_vocab", 32128)) * w
-                                                       if kind == "seeded_resampler" else 0)
-    else:
-        total += n_in * out + out                                                 # the skip path
-        total += int(dims.get("vis_dim", 0)) * (n_in + w)                         # vision_proj, vis_in
-    return total
+    try:
+        config = project.pack.adapter_config(project, student_width(project), dims)
+    except (KeyError, ValueError, TrainerError):     # a pack that cannot size its adapter before precompute
+        return 0
+    return config.spec.parameter_count(config)
 
 
 def make_plan(project: Project, hw: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -14,13 +14,14 @@ from tokenizers import Tokenizer
 
 from packs.layerwise_numpy import gguf_tensors, layerwise_forward
 from trainer_core.base.errors import ModelFileError
-from trainer_core.contract.adapter import AdapterConfig, Layerwise
+from trainer_core.contract.adapter import Layerwise
+from trainer_core.contract.kinds import AdapterConfig
 from trainer_core.contract.engine_bpe import EngineBPE
 from trainer_core.contract.gguf_io import (LayoutProblem, Provenance, detect_layout, read_adapter_gguf,
                                            write_adapter_gguf)
 from trainer_core.contract.objective import batch_loss
 from trainer_core.contract.shards import write_shard
-from trainer_core.contract.stream import Batch, _ShardRows, collate, val_batches
+from trainer_core.contract.stream import Batch, ShardRows, collate, val_batches
 from trainer_core.contract.tap_losses import layerwise_loss, relative_sigma
 from trainer_core.packs.base import Budgets
 from trainer_core.packs.qwen3vl_flux3 import PACK
@@ -331,7 +332,7 @@ def test_the_reader_repeats_the_stored_pad_row_to_a_multiple_of_80(tmp_path):
         assert (batch.h[s, R:] == 0).all() and (batch.target[s, R:] == 0).all()
         assert (batch.weight[s, R:] == 0).all() and not batch.mask[s, R:].any() and not batch.pad[s, R:].any()
     # one sample alone is its own rows, whatever the others in a batch
-    src = _ShardRows(path)
+    src = ShardRows(path)
     for s, R in enumerate(rows):
         alone = collate(src, [s])
         assert alone.h.shape == (1, R, 4)

@@ -174,9 +174,10 @@ _TOP_LEVEL = {"pack": _text, "name": _name, "auto_resume": _boolean, "hf_token":
 class Settings:
     """The whole `project.json`."""
 
-    # the reference project.json's defaults; the pack registry takes its default pack from here
-    pack: str = "llada_image"
-    name: str = "pig_llada_adapter"
+    # no pack here: a project's pack and adapter name come from the pack it is created with (the registry's
+    # default pack when project.json names none), see default_settings_dict
+    pack: str = ""
+    name: str = "pig_adapter"
     auto_resume: bool = True
     hf_token: str = field(default="", repr=False)   # a secret: in .hf_token (token_store.py), not project.json
     materials: dict = field(default_factory=dict)   # material id -> MaterialOverride

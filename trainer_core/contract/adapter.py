@@ -1,17 +1,13 @@
-"""The adapter networks, exactly as the ggk engine runs them (engine-contract §0.1–§4).
+"""The adapter networks, exactly as the ggk engine runs them (engine-contract §0.1–§4): pure torch
+modules with no knowledge of which kind uses them (contract/kinds/ builds them from a config):
 
-Four kinds cover the five packs:
-
-    resampler                LLaDA-Image: learned queries cross-attend to the student states
-    seeded_resampler         PixArt: the same, each query seeded with the T5 embedding of its slot
-    token_aligned_vision     MageFlow / Qwen-Image 2.1: position i → position i, a skip path, and the
-                             vision bridge (frozen vision_proj for the engine, trained vis_in)
-    token_aligned_layerwise  FLUX.3 Klein: position i → the teacher's stack of tapped layers at row i
-                             (n_taps × layer_dim), a skip path; `layer_map` (the tap numbers, f32) is
-                             how the engine tells it apart and counts the layers
-    qwen35_bridge            Qwen3.5 bridge (MOSS-Image, FLUX.3's upsampler): one seeded slot per
-                             Qwen3.5 template token, plus an optional fixed bank for FLUX.3 Klein;
-                             `slot_query` without `cap_query` is how the engine tells it apart
+    Resampler     learned queries cross-attend to the student states (seeded: each query plus the
+                  embedding of its slot's id)
+    TokenAligned  position i → position i, a skip path, and the vision bridge (frozen vision_proj for
+                  the engine, trained vis_in)
+    Layerwise     position i → the teacher's stack of tapped layers at row i (n_taps × layer_dim), a skip
+                  path; `layer_map` (the tap numbers, f32) is how the engine tells it apart
+    Bridge        [a fixed bank ; one seeded slot per teacher template token] read the student, two heads
 
 Building blocks: separate q/k/v/o linears with bias, head_dim 64, LayerNorm eps 1e-5,
 exact (erf) GELU, pre-LN blocks; state_dict names and registration order are the GGUF's
@@ -21,148 +17,20 @@ batch padding, which is equivalent on real rows.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass, fields
 from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainer_core.contract.kinds.base import HEAD_DIM, AdapterConfig
+
 __all__ = [
-    "HEAD_DIM", "LN_EPS", "KINDS", "STANDARDIZED_KINDS", "AdapterConfig", "Attention",
-    "ResamplerBlock", "TokenBlock", "Resampler", "TokenAligned", "Layerwise", "Bridge", "build_adapter", "run_block",
-    "count_parameters", "expected_tensor_count",
+    "HEAD_DIM", "LN_EPS", "Attention", "ResamplerBlock", "TokenBlock", "Resampler", "TokenAligned", "Layerwise",
+    "Bridge", "run_block", "count_parameters", "weights_left_uninitialized",
 ]
 
-HEAD_DIM = 64
-LAYERWISE = "token_aligned_layerwise"
-BRIDGE = "qwen35_bridge"
-MING = "ming_image"
-# the seeded-slot trunk (packs-contract-more C.3): [fixed bank ; one seeded slot per teacher token]
-BRIDGE_KINDS = frozenset({BRIDGE, MING})
-# the fixed bank's query and head tensors, by kind: the Qwen3.5 bridge's optional FLUX.3 Klein bank, Ming's
-# caption bank (always there: the DiT's 256 caption rows)
-BANK_NAMES = {BRIDGE: ("bank_query", "out_bank"), MING: ("cap_query", "out_cap")}
-TOKEN_KINDS = frozenset({"token_aligned_vision", LAYERWISE})
 LN_EPS = 1e-5
-KINDS = ("resampler", "seeded_resampler", "token_aligned_vision", "token_aligned_layerwise", "qwen35_bridge",
-         "ming_image")
-# trained on (t − μ)/σ; the export folds μ, σ back in
-STANDARDIZED_KINDS = frozenset({"resampler", "token_aligned_layerwise", "qwen35_bridge", "ming_image"})
-
-
-@dataclass(frozen=True)
-class AdapterConfig:
-    kind: str
-    in_dim: int                 # student hidden size (1024 for pig_clip)
-    out_dim: int                # teacher row width
-    width: int = 1024
-    depth: int = 6
-    mlp_hidden: int = 0         # 0 = 4·width
-    num_queries: int = 0        # resampler kinds
-    seed_vocab: int = 0         # seeded_resampler: rows of t5_embed; qwen35_bridge: rows of seed_embed
-    vis_dim: int = 0            # token_aligned_vision, qwen35_bridge: raw mmproj width
-    has_vis_in: bool = True     # token_aligned_vision: raw-vision injection (the engine allows it off)
-    has_skip: bool = True       # token_aligned_vision: skip path (the engine allows it off)
-    taps: tuple[int, ...] = ()  # token_aligned_layerwise: the teacher layers stacked, ascending (layer_map)
-    max_slots: int = 0          # bridge kinds: rows of slot_query (the longest template it takes)
-    seed_rank: int = 0          # bridge kinds: columns of the frozen seed table
-    n_bank: int = 0             # qwen35_bridge: rows of the fixed (FLUX.3 Klein) bank, 0 = none; ming_image: n_cap
-    bank_dim: int = 0           # qwen35_bridge: width of a bank row (8 × 2560); ming_image: cap_dim (2560)
-    bank_align: bool = False    # qwen35_bridge: bank_in adds the student's rows to the bank (prompt target)
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown adapter kind {self.kind!r}; expected one of {KINDS}")
-        if self.width % HEAD_DIM or self.width <= 0:
-            raise ValueError(f"adapter width must be a positive multiple of {HEAD_DIM}, got {self.width}")
-        if self.kind not in TOKEN_KINDS and self.kind not in BRIDGE_KINDS and self.num_queries <= 0:
-            raise ValueError(f"a {self.kind} needs num_queries > 0")
-        if self.kind in BRIDGE_KINDS:
-            for name in ("max_slots", "seed_vocab", "seed_rank", "vis_dim"):
-                if getattr(self, name) <= 0:
-                    raise ValueError(f"a {self.kind} adapter needs {name} > 0")
-            if self.n_bank and self.bank_dim <= 0:
-                raise ValueError(f"a {self.kind} adapter with a bank needs bank_dim > 0")
-        if self.kind == MING:
-            if self.n_bank <= 0:
-                raise ValueError(f"a {MING} adapter needs its caption bank (n_bank = n_cap > 0)")
-            if self.out_dim < self.bank_dim:
-                raise ValueError(f"a {MING} adapter pads its caption rows to out_dim, so out_dim {self.out_dim} "
-                                 f"must be at least cap_dim {self.bank_dim}")
-        if self.kind == "seeded_resampler" and self.seed_vocab <= 0:
-            raise ValueError("a seeded_resampler needs seed_vocab > 0")
-        object.__setattr__(self, "taps", tuple(int(t) for t in self.taps) if self.kind == LAYERWISE else ())
-        if self.kind == LAYERWISE:
-            if len(self.taps) < 2:
-                raise ValueError(f"a {LAYERWISE} adapter needs at least 2 taps (the engine reads a 1-entry "
-                                 f"layer_map as a plain adapter), got {list(self.taps)}")
-            if self.out_dim % len(self.taps):
-                raise ValueError(f"out_dim {self.out_dim} is not {len(self.taps)} taps of equal width")
-        # canonical form, so two descriptions of the same network compare equal
-        canon: dict[str, Any] = {"mlp_hidden": self.mlp_hidden or 4 * self.width}
-        if self.kind not in ("seeded_resampler", *BRIDGE_KINDS):
-            canon["seed_vocab"] = 0
-        if self.kind not in BRIDGE_KINDS:
-            canon.update(max_slots=0, seed_rank=0, n_bank=0, bank_dim=0, bank_align=False)
-        if self.kind in BRIDGE_KINDS:  # every slot seeded and fed raw vision; no skip path
-            canon.update(num_queries=0, has_vis_in=True, has_skip=False,
-                         bank_align=bool(self.bank_align) and self.kind == BRIDGE)
-            if not self.n_bank:
-                canon.update(n_bank=0, bank_dim=0, bank_align=False)
-        elif self.kind == "token_aligned_vision":
-            canon["num_queries"] = 0
-            canon["has_vis_in"] = bool(self.vis_dim) and self.has_vis_in
-        elif self.kind == LAYERWISE:      # no vision; the skip path is part of the kind
-            canon.update(num_queries=0, vis_dim=0, has_vis_in=False, has_skip=True)
-        else:
-            canon.update(vis_dim=0, has_vis_in=False, has_skip=False)
-        for key, value in canon.items():
-            object.__setattr__(self, key, value)
-
-    @property
-    def heads(self) -> int:
-        return self.width // HEAD_DIM
-
-    @property
-    def mlp(self) -> int:
-        return self.mlp_hidden
-
-    @property
-    def token_aligned(self) -> bool:
-        return self.kind in TOKEN_KINDS
-
-    @property
-    def layerwise(self) -> bool:
-        return self.kind == LAYERWISE
-
-    @property
-    def bridge(self) -> bool:
-        """The seeded-slot trunk: the Qwen3.5 bridge and Ming."""
-        return self.kind in BRIDGE_KINDS
-
-    @property
-    def bank_names(self) -> tuple[str, str]:
-        """(the fixed bank's query tensor, its head) of a bridge kind."""
-        return BANK_NAMES[self.kind]
-
-    @property
-    def layer_dim(self) -> int:
-        """The width of one tapped layer (layerwise); out_dim for the other kinds."""
-        return self.out_dim // len(self.taps) if self.taps else self.out_dim
-
-    @property
-    def standardized(self) -> bool:
-        return self.kind in STANDARDIZED_KINDS
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AdapterConfig":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
 
 def _mlp(width: int, hidden: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))  # mlp.0, mlp.2
@@ -241,7 +109,7 @@ class Resampler(nn.Module):
         super().__init__()
         c = self.config = config
         self.query = nn.Parameter(torch.randn(c.num_queries, c.width) * 0.02)   # [NQ, W]
-        if c.kind == "seeded_resampler":
+        if c.seed_vocab:                                                        # seeded: t5_embed[id] per query
             self.t5_embed = nn.Embedding(c.seed_vocab, c.width)
             nn.init.normal_(self.t5_embed.weight, std=0.02)
         self.in_proj = nn.Linear(c.in_dim, c.width)
@@ -253,7 +121,7 @@ class Resampler(nn.Module):
                 seed_ids: torch.Tensor | None = None) -> torch.Tensor:
         kv = self.in_proj(h)                                          # [B, L, W]
         q = self.query.unsqueeze(0).expand(h.shape[0], -1, -1)        # [B, NQ, W]
-        if self.config.kind == "seeded_resampler":
+        if self.config.seed_vocab:
             if seed_ids is None:
                 raise ValueError("a seeded resampler needs seed_ids [B, num_queries]")
             q = q + self.t5_embed(seed_ids)                           # query_i + t5_embed[id_i]
@@ -361,10 +229,10 @@ class Bridge(nn.Module):
     256 rows) and `out_cap` (→ cap_dim) in place of bank_query and out_bank, never prompt-aligned; the
     slots are one per Ling prompt token and out_proj gives the DiT's direct rows."""
 
-    def __init__(self, config: AdapterConfig):
+    def __init__(self, config: AdapterConfig, bank_names: tuple[str, str]):
         super().__init__()
         c = self.config = config
-        self._bank_query, self._bank_head = c.bank_names
+        self._bank_query, self._bank_head = bank_names      # (its query tensor, its head), by kind
         if c.n_bank:
             setattr(self, self._bank_query, nn.Parameter(torch.randn(c.n_bank, c.width) * 0.02))
         self.slot_query = nn.Parameter(torch.randn(c.max_slots, c.width) * 0.02)
@@ -425,7 +293,7 @@ _INITS = ("normal_", "uniform_", "kaiming_uniform_", "zeros_", "ones_", "constan
 
 
 @contextlib.contextmanager
-def _weights_left_uninitialized() -> Iterator[None]:
+def weights_left_uninitialized() -> Iterator[None]:
     """torch.nn.init's fills (what Linear, Embedding and LayerNorm call as they are built) do nothing."""
     saved = {name: getattr(nn.init, name) for name in _INITS}
     try:
@@ -437,35 +305,5 @@ def _weights_left_uninitialized() -> Iterator[None]:
             setattr(nn.init, name, fill)
 
 
-def build_adapter(config: AdapterConfig, init: bool = True) -> nn.Module:
-    """The adapter of `config`, initialized for training; init=False leaves the weights as allocated, for
-    a caller that loads every one of them next (load_state_dict strict): a GGUF or checkpoint read then
-    pays no random fill (0.1 s of a PixArt demo's eval on two cores)."""
-    if not init:
-        with _weights_left_uninitialized():
-            return build_adapter(config)
-    if config.bridge:
-        return Bridge(config)
-    if config.layerwise:
-        return Layerwise(config)
-    return TokenAligned(config) if config.token_aligned else Resampler(config)
-
-
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def expected_tensor_count(config: AdapterConfig) -> int:
-    """Tensors in the state_dict (= in the GGUF): 175 / 176 / 74 / 73 at the reference sizes; the
-    bridge 183 / 182 / 179 (prompt bank / caption bank / none)."""
-    if config.bridge:       # Ming: cap_query + out_cap (2) is its bank
-        bank = (3 + (1 if config.bank_align else 0)) if config.n_bank else 0
-        return bank + 1 + 3 + 2 + 1 + 28 * config.depth + 2 + 2
-    if config.layerwise:
-        return 1 + 2 + 16 * config.depth + 2 + 4
-    if config.token_aligned:
-        head = 2 + (1 if config.vis_dim else 0) + (1 if config.vis_dim and config.has_vis_in else 0)
-        tail = 4 + (2 if config.has_skip else 0)
-        return head + 16 * config.depth + tail
-    return 3 + (1 if config.kind == "seeded_resampler" else 0) + 28 * config.depth + 4
-

@@ -18,16 +18,16 @@ from trainer_core.base.atomic import atomic_path
 from trainer_core.contract.checkpoints import CheckpointError
 
 if TYPE_CHECKING:  # torch loads only when a checkpoint is really read: the CLI stays fast
-    from trainer_core.project import Project
+    from trainer_core.base.folder import ProjectFolder
     import torch
 
-    from trainer_core.contract.adapter import AdapterConfig
+    from trainer_core.contract.kinds import AdapterConfig
 
 __all__ = ["checkpoint_model", "export_checkpoint", "copy_export"]
 
 
 def checkpoint_model(ck: dict[str, Any]) -> tuple["AdapterConfig", "torch.nn.Module"]:
-    from trainer_core.contract.adapter import AdapterConfig, build_adapter
+    from trainer_core.contract.kinds import AdapterConfig, build_adapter
     config = AdapterConfig.from_dict(ck["config"])
     model = build_adapter(config, init=False)                  # every weight comes from the checkpoint
     # assign: the checkpoint's (f32, possibly mapped) tensors become the weights, no second copy
@@ -35,7 +35,7 @@ def checkpoint_model(ck: dict[str, Any]) -> tuple["AdapterConfig", "torch.nn.Mod
     return config, model.eval()
 
 
-def export_checkpoint(project: Project, ck: dict[str, Any], out: Path, checkpoint: str, snapshot: bool) -> Path:
+def export_checkpoint(project: ProjectFolder, ck: dict[str, Any], out: Path, checkpoint: str, snapshot: bool) -> Path:
     """Write the checkpoint as the engine's adapter GGUF (atomic, read back before the rename)."""
     from trainer_core.contract.gguf_io import Provenance, write_adapter_gguf
     config, model = checkpoint_model(ck)
@@ -49,9 +49,9 @@ def export_checkpoint(project: Project, ck: dict[str, Any], out: Path, checkpoin
         val_cos=float(val_cos) if val_cos is not None else None,
         best_val_cos=float(best) if best is not None and math.isfinite(best) and best > -1 else None)
     pack_kvs = pack.adapter_kvs(config)
-    # "mu"/"sigma" are the (slot) head's statistics; a bridge with a bank keeps its bank's apart
-    fold = {"mu": ck["mu"].float(), "sigma": ck["sigma"].float()} if config.standardized else {}
-    if config.n_bank:
+    # "mu"/"sigma" are the (first) head's statistics; a kind with a second head keeps its own apart
+    fold = {"mu": ck["mu"].float(), "sigma": ck["sigma"].float()} if config.spec.standardized else {}
+    if config.spec.bank_head(config) is not None:
         if ck.get("mu_bank") is None or ck.get("sigma_bank") is None:
             raise CheckpointError(f"The {checkpoint} checkpoint has a bank head but no bank statistics "
                                   f"(mu_bank, sigma_bank); train it again with this version.")

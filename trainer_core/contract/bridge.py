@@ -23,7 +23,7 @@ Ming-Image (kind `ming_image`) uses the same parts with its caption bank: every 
 target (its 256 caption rows, b_pack, bank_rows = bank_real = n_cap, no `klein` key), there is no
 bank_hidden (the engine never feeds student rows into the caption bank), and the bank rows scored are
 the plain bank rows of every sample. Its slots are one per Ling prompt token (the direct rows).
-The heads are named "moss" / "klein" for the Qwen3.5 bridge and "dir" / "cap" for Ming (HEADS).
+Each kind names its two heads (the Qwen3.5 bridge "moss" / "klein", Ming "dir" / "cap").
 """
 from __future__ import annotations
 
@@ -33,17 +33,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trainer_core.contract.adapter import BRIDGE, MING
 from trainer_core.contract.losses import (PooledMean, cos_and_rms_of_sums, cos_of_sums, distill_loss, masked_totals,
                                          ratio_of_totals, rel_mse, row_dot, standardize)
 
-__all__ = ["BANK_PREFIX", "BANK_SUFFIX", "HEADS", "BridgeParts", "bank_length", "bridge_forward",
+__all__ = ["BANK_PREFIX", "BANK_SUFFIX", "BridgeParts", "bank_length", "bridge_forward",
            "bridge_loss", "BridgeMetrics"]
 
 BANK_PREFIX, BANK_SUFFIX = 3, 5          # the Klein template's ids before and after the prompt's body
 _ALIGN = 80
-# (slot head, bank head) by kind: the names of the val_cos splits and of the eval metrics' suffixes
-HEADS = {BRIDGE: ("moss", "klein"), MING: ("dir", "cap")}
 
 
 def bank_length(n_real: int, n_bank: int) -> int:
@@ -141,11 +138,11 @@ class BridgeMetrics:
     """The evaluation of the GGUF (teacher scale): slot metrics over the real slots (MOSS rows; Ming's
     direct rows); bank metrics over the bank rows scored (the n80 rows of the Klein samples; Ming's 256
     caption rows of every sample); the pooled ones are their means (the slot head alone without bank
-    batches). μ for centring: the slot head's μ and the bank's. `heads` names the two (HEADS)."""
+    batches). μ for centring: the slot head's μ and the bank's. `heads` names the two (slot, bank)."""
 
     _NAMES = ("cos_centered", "cos_rms", "cos_raw", "rel_mse", "roundtrip_cos")
 
-    def __init__(self, mu: Tensor, bank_mu: Tensor | None, heads: tuple[str, str] = HEADS[BRIDGE]) -> None:
+    def __init__(self, mu: Tensor, bank_mu: Tensor | None, heads: tuple[str, str]) -> None:
         self.mu, self.bank_mu = mu.double(), None if bank_mu is None else bank_mu.double()
         self.heads = heads
         self.means = {f"{n}_{head}": PooledMean() for n in self._NAMES for head in heads}

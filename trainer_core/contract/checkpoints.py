@@ -27,7 +27,7 @@ from trainer_core.base.atomic import atomic_path, atomic_write_json, read_json
 from trainer_core.base.errors import TrainerError, UsageError
 
 if TYPE_CHECKING:
-    from trainer_core.project import Project
+    from trainer_core.base.folder import ProjectFolder
 
 __all__ = [
     "FORMAT", "LAST", "BEST", "Sidecar", "CheckpointError", "DamagedCheckpointError", "CheckpointNameError",
@@ -89,7 +89,7 @@ def parse_name(which: str) -> str:
     raise CheckpointNameError(f'"{which}" is not a checkpoint; use last, best or step<N> (a kept step).')
 
 
-def weights_path(project: "Project", which: str) -> Path:
+def weights_path(project: "ProjectFolder", which: str) -> Path:
     """The `.pt` file of `last`, `best` or `step<N>` (a kept step)."""
     which = parse_name(which)
     if which in (LAST, BEST):
@@ -97,22 +97,22 @@ def weights_path(project: "Project", which: str) -> Path:
     return project.checkpoints_dir / _HISTORY / f"{which}.pt"
 
 
-def exists(project: "Project", which: str) -> bool:
+def exists(project: "ProjectFolder", which: str) -> bool:
     return weights_path(project, which).is_file()
 
 
-def mtime(project: "Project", which: str) -> float | None:
+def mtime(project: "ProjectFolder", which: str) -> float | None:
     try:
         return weights_path(project, which).stat().st_mtime
     except (FileNotFoundError, NotADirectoryError):
         return None
 
 
-def read_sidecar(project: "Project", which: str) -> Sidecar | None:
+def read_sidecar(project: "ProjectFolder", which: str) -> Sidecar | None:
     return Sidecar.from_dict(read_json(weights_path(project, which).with_suffix(".json"), None))
 
 
-def save(project: "Project", which: str, record: dict[str, Any], sidecar: Sidecar) -> Path:
+def save(project: "ProjectFolder", which: str, record: dict[str, Any], sidecar: Sidecar) -> Path:
     """Write `record` (with FORMAT) as the checkpoint's `.pt`, then its sidecar; both atomic. The new
     file is read back (memory-mapped: its structure, not every byte) before it replaces the old one."""
     import torch
@@ -153,7 +153,7 @@ def _read_back(path: Path) -> Any:
         return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def load(project_or_path: "Project | Path", which: str = BEST, map_location: Any = "cpu",
+def load(project_or_path: "ProjectFolder | Path", which: str = BEST, map_location: Any = "cpu",
          mmap: bool = False) -> dict[str, Any]:
     """A checkpoint's record; refuses a missing, damaged or other-format file with one sentence.
     `mmap`: the tensors map the file copy-on-write instead of being read into memory (export and
@@ -178,7 +178,7 @@ def load(project_or_path: "Project | Path", which: str = BEST, map_location: Any
     return record
 
 
-def load_resumable(project: "Project", needs: tuple[str, ...], map_location: Any = "cpu"
+def load_resumable(project: "ProjectFolder", needs: tuple[str, ...], map_location: Any = "cpu"
                    ) -> tuple[str | None, dict[str, Any] | None, list[str]]:
     """The newest checkpoint a run can resume from: `last`, else `best` (a file that cannot be read,
     or lacks one of the keys in `needs`, is skipped). Returns (name, record, one sentence per file
@@ -206,12 +206,12 @@ def _first_line(e: Exception) -> str:
 
 # ---------------------------------------------------------------- kept steps
 
-def save_kept_step(project: "Project", record: dict[str, Any], sidecar: Sidecar) -> Path:
+def save_kept_step(project: "ProjectFolder", record: dict[str, Any], sidecar: Sidecar) -> Path:
     """A weights-only copy at `sidecar.trained_steps` (train.history)."""
     return save(project, f"step{sidecar.trained_steps}", record, sidecar)
 
 
-def kept_steps(project: "Project") -> list[dict[str, Any]]:
+def kept_steps(project: "ProjectFolder") -> list[dict[str, Any]]:
     """Kept steps, newest first: their sidecars plus `id`, `size` and `path`."""
     folder = project.checkpoints_dir / _HISTORY
     rows = []
@@ -225,7 +225,7 @@ def kept_steps(project: "Project") -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: -r["step"])
 
 
-def prune_kept_steps(project: "Project", keep: int) -> list[int]:
+def prune_kept_steps(project: "ProjectFolder", keep: int) -> list[int]:
     """Delete all but the newest `keep` kept steps (0 keeps all); returns the steps deleted."""
     if not keep:
         return []
@@ -235,7 +235,7 @@ def prune_kept_steps(project: "Project", keep: int) -> list[int]:
     return gone
 
 
-def delete_kept_step(project: "Project", which: str) -> None:
+def delete_kept_step(project: "ProjectFolder", which: str) -> None:
     """Delete a kept step (weights and sidecar); GGUFs exported from it stay."""
     if not which.startswith("step"):
         raise CheckpointError(f"There is no kept step {which}.")
@@ -248,12 +248,12 @@ def delete_kept_step(project: "Project", which: str) -> None:
 
 # ---------------------------------------------------------------- the folder
 
-def series_path(project: "Project", name: str = "metrics") -> Path:
+def series_path(project: "ProjectFolder", name: str = "metrics") -> Path:
     """The train stage's metric series: `metrics` (one point per log interval) or `val`."""
     return project.checkpoints_dir / f"{name}.jsonl"
 
 
-def remove_temps(project: "Project") -> list[Path]:
+def remove_temps(project: "ProjectFolder") -> list[Path]:
     """Delete the temp files of checkpoint writes a kill interrupted (`.<name>.*.tmp` in checkpoints/
     and checkpoints/history/). Only the train stage writes there, and the run lock allows one."""
     from trainer_core.base.atomic import remove_temps_in
@@ -273,6 +273,6 @@ def move_aside(folder: Path) -> Path | None:
     return target
 
 
-def archive(project: "Project") -> Path | None:
+def archive(project: "ProjectFolder") -> Path | None:
     """Move checkpoints/ aside to checkpoints.stale-<time> (its shards were discarded)."""
     return move_aside(project.checkpoints_dir)

@@ -4,11 +4,10 @@ Layout: GGUF v3, tensors named "adapter." + the state_dict name in state_dict or
 reversed torch shape (the torch row-major bytes as they are), F32 for every 1-D tensor, for
 LayerNorm tensors and for the query banks / `vision_proj.weight`, F16 for every other 2-D tensor.
 The engine reads no adapter KV: it infers the variant and every dimension from tensor names and
-shapes, so the reader here does the same and treats KVs as provenance only. The one exception
-is the Qwen3.5 bridge's vocabulary: the engine tokenizes the MOSS template with the
-`tokenizer.ggml.*` string arrays the export writes after the adapter's KVs. The KV keys are the
-KV_* constants below; whoever reads a KV back (evaluate, inspect, the packs) names it through
-them. How a file's tensors make an adapter (the dtype rule, `detect_layout`) is adapter_layout.py.
+shapes, so the reader here does the same and treats KVs as provenance only. What is particular to a
+kind (its structural KVs, a vocabulary the engine tokenizes with, its second head's fold, its F32
+tensors) the kind says (contract/kinds/); the KV keys every adapter carries are the KV_* constants
+below.
 
 `write_gguf` is the one GGUF write sequence (header, KVs, tensors into a temp file, fsync,
 rename): the adapter export, the SigVQ export and the demo's student files all go through it.
@@ -26,9 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainer_core.contract.adapter import MING, AdapterConfig, build_adapter
-from trainer_core.contract.adapter_layout import (PREFIX, TOKENIZER_JSON, LayoutProblem, detect_layout, expected_ne,
-                                               gguf_dtype)
+from trainer_core.contract.adapter_layout import PREFIX, LayoutProblem
+from trainer_core.contract.kinds import (AdapterConfig, build_adapter, detect_layout, expected_ne, gguf_dtype)
 from trainer_core.base.atomic import atomic_path
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.gguf_read import (GGUFHeader, GGUFTensor, dequantize, open_gguf, read_gguf_kvs,
@@ -39,35 +37,22 @@ __all__ = [
     "read_adapter_gguf", "read_gguf_tensors", "read_gguf_kvs", "read_gguf_string_array", "detect_layout",
     "layout_of", "LayoutProblem",
     "AdapterFile", "open_gguf", "dequantize", "GGUFTensor",
-    "KV_NAME", "KV_IN_DIM", "KV_OUT_DIM", "KV_VIS_DIM", "KV_WIDTH", "KV_DEPTH", "KV_HEADS", "KV_NUM_QUERIES",
+    "KV_NAME", "KV_IN_DIM", "KV_OUT_DIM", "KV_WIDTH", "KV_DEPTH", "KV_HEADS",
     "KV_TRAINED_STEPS", "KV_PLANNED_STEPS", "KV_CHECKPOINT", "KV_SNAPSHOT", "KV_VAL_COS", "KV_BEST_VAL_COS",
-    "KV_PACK", "KV_TRAINER", "KV_KIND", "KV_LAYER_DIM", "KV_N_OUT_LAYERS", "KV_OUT_LAYERS",
-    "KV_N_BANK", "KV_BANK_DIM", "KV_BANK_ALIGN", "KV_MAX_SLOTS", "KV_SEED_RANK", "KV_SEED_VOCAB",
-    "KV_TOKENS", "KV_MERGES", "KV_TOKENIZER_MODEL", "KV_TOKENIZER_PRE", "TOKENIZER_MODEL", "TOKENIZER_PRE",
+    "KV_PACK", "KV_TRAINER",
 ]
 
 TRAINER = "gguf-trainer"
 
-# The KVs every adapter GGUF carries (provenance: the engine reads none of them). The pack's own
-# KVs (adapter.teacher, …) are the pack's facts and live in its export_kvs.
+# The KVs every adapter GGUF carries (provenance: the engine reads none of them). A kind's own KVs are
+# its structural_kvs; the pack's (adapter.teacher, …) are the pack's facts and live in its export_kvs.
 KV_NAME = "general.name"
-KV_IN_DIM, KV_OUT_DIM, KV_VIS_DIM = "adapter.in_dim", "adapter.out_dim", "adapter.vis_dim"
+KV_IN_DIM, KV_OUT_DIM = "adapter.in_dim", "adapter.out_dim"
 KV_WIDTH, KV_DEPTH, KV_HEADS = "adapter.width", "adapter.depth", "adapter.heads"
-KV_NUM_QUERIES = "adapter.num_queries"
 KV_TRAINED_STEPS, KV_PLANNED_STEPS = "adapter.trained_steps", "adapter.planned_steps"
 KV_CHECKPOINT, KV_SNAPSHOT = "adapter.checkpoint", "adapter.snapshot"
 KV_VAL_COS, KV_BEST_VAL_COS = "adapter.val_cos", "adapter.best_val_cos"
 KV_PACK, KV_TRAINER = "adapter.pack", "adapter.trainer"
-KV_KIND = "adapter.kind"                    # written for the layerwise and bridge kinds (not the first four)
-KV_LAYER_DIM, KV_N_OUT_LAYERS, KV_OUT_LAYERS = "adapter.layer_dim", "adapter.n_out_layers", "adapter.out_layers"
-KV_N_BANK, KV_BANK_DIM, KV_BANK_ALIGN = "adapter.n_bank", "adapter.bank_dim", "adapter.bank_align"
-KV_MAX_SLOTS, KV_SEED_RANK, KV_SEED_VOCAB = "adapter.max_slots", "adapter.seed_rank", "adapter.seed_vocab"
-KV_N_CAP, KV_CAP_DIM = "adapter.n_cap", "adapter.cap_dim"               # Ming's caption bank
-# the vocabulary the engine reads from a bridge adapter (packs-contract-more D.2 §5): string arrays,
-# then the model and pre-tokenizer names it checks before using them
-KV_TOKENS, KV_MERGES = "tokenizer.ggml.tokens", "tokenizer.ggml.merges"
-KV_TOKENIZER_MODEL, KV_TOKENIZER_PRE = "tokenizer.ggml.model", "tokenizer.ggml.pre"
-TOKENIZER_MODEL, TOKENIZER_PRE = "gpt2", "qwen35"
 STUDENT_MARKER = "model.layers.0.self_attn.q_proj.weight"  # how ggk's front end recognises a student GGUF
 
 
@@ -85,20 +70,22 @@ class Provenance:
 
 def fold_standardization(state: Mapping[str, torch.Tensor], mu: torch.Tensor, sigma: torch.Tensor,
                          bank_mu: torch.Tensor | None = None, bank_sigma: torch.Tensor | None = None,
-                         bank_head: str = "out_bank") -> dict[str, torch.Tensor]:
+                         bank_head: str | None = None) -> dict[str, torch.Tensor]:
     """W' = diag(σ_f)·W, b' = σ_f ⊙ b + μ on out_proj, in f32: the adapter then emits teacher-scale rows.
     A skip path (layerwise) is scaled by σ_f alone, W' = diag(σ_f)·W, b' = σ_f ⊙ b: the two heads are
-    summed, so μ is added once. A bridge kind's bank head (`bank_head`: the Qwen3.5 bridge's out_bank,
-    Ming's out_cap) folds its own statistics, given exactly when the state has one; (μ, σ) are then
-    the slot head's (MOSS rows; Ming's direct rows)."""
+    summed, so μ is added once. A kind's second head (`bank_head`, its AdapterKind.bank_head: a bank's
+    or a caption bank's) folds its own statistics, given exactly when the adapter has one; (μ, σ) are
+    then the first head's."""
     out = {k: v.detach().to(torch.float32).clone() for k, v in state.items()}
     sigma = _fold_head(out, "out_proj", mu, sigma)
     if "skip.weight" in out:
         out["skip.weight"] = out["skip.weight"] * sigma[:, None]
         out["skip.bias"] = out["skip.bias"] * sigma
-    if (f"{bank_head}.weight" in out) != (bank_mu is not None and bank_sigma is not None):
-        raise ValueError(f"fold: the bank head's statistics must be given exactly when the adapter has {bank_head}")
-    if bank_mu is not None and bank_sigma is not None:
+    has_bank = bank_head is not None and f"{bank_head}.weight" in out
+    if has_bank != (bank_mu is not None and bank_sigma is not None):
+        raise ValueError(f"fold: the bank head's statistics must be given exactly when the adapter has "
+                         f"{bank_head or 'a second head'}")
+    if bank_head is not None and bank_mu is not None and bank_sigma is not None:
         _fold_head(out, bank_head, bank_mu, bank_sigma)
     return out
 
@@ -119,29 +106,15 @@ def _kv_items(config: AdapterConfig, name: str, pack: str, provenance: Provenanc
               pack_kvs: Mapping[str, Any], arrays: Mapping[str, list[str]]) -> list[tuple[str, Any, str]]:
     """(key, value, type) in the contract's order; type ∈ u32, str, bool, f32, i32s (an INT32 array),
     strs (a STRING array)."""
+    before_width, after_heads = config.spec.structural_kvs(config)
     items: list[tuple[str, Any, str]] = [
         (KV_NAME, name, "str"),
         (KV_IN_DIM, config.in_dim, "u32"),
         (KV_OUT_DIM, config.out_dim, "u32"),
+        *before_width,
+        (KV_WIDTH, config.width, "u32"), (KV_DEPTH, config.depth, "u32"), (KV_HEADS, config.heads, "u32"),
+        *after_heads,
     ]
-    if config.token_aligned and config.vis_dim:
-        items.append((KV_VIS_DIM, config.vis_dim, "u32"))
-    items += [(KV_WIDTH, config.width, "u32"), (KV_DEPTH, config.depth, "u32"),
-              (KV_HEADS, config.heads, "u32")]
-    if config.layerwise:
-        items += [(KV_KIND, config.kind, "str"), (KV_LAYER_DIM, config.layer_dim, "u32"),
-                  (KV_N_OUT_LAYERS, len(config.taps), "u32"), (KV_OUT_LAYERS, list(config.taps), "i32s")]
-    if config.kind == MING:     # packs-contract-more D.1 §5, in that order
-        items += [(KV_KIND, config.kind, "str"), (KV_N_CAP, config.n_bank, "u32"), (KV_CAP_DIM, config.bank_dim, "u32"),
-                  (KV_MAX_SLOTS, config.max_slots, "u32"), (KV_SEED_RANK, config.seed_rank, "u32"),
-                  (KV_SEED_VOCAB, config.seed_vocab, "u32"), (KV_VIS_DIM, config.vis_dim, "u32")]
-    elif config.bridge:
-        items += [(KV_KIND, config.kind, "str"), (KV_N_BANK, config.n_bank, "u32"),
-                  (KV_BANK_DIM, config.bank_dim, "u32"), (KV_BANK_ALIGN, int(config.bank_align), "u32"),
-                  (KV_MAX_SLOTS, config.max_slots, "u32"), (KV_SEED_RANK, config.seed_rank, "u32"),
-                  (KV_SEED_VOCAB, config.seed_vocab, "u32"), (KV_VIS_DIM, config.vis_dim, "u32")]
-    elif not config.token_aligned:
-        items.append((KV_NUM_QUERIES, config.num_queries, "u32"))
     p = provenance
     items += [(KV_TRAINED_STEPS, p.trained_steps, "u32"),
               (KV_PLANNED_STEPS, p.planned_steps, "u32"),
@@ -160,8 +133,7 @@ def _kv_items(config: AdapterConfig, name: str, pack: str, provenance: Provenanc
                 else "f32" if isinstance(value, float) else "str")
         items.append((key, value, kind))
     items += [(key, list(values), "strs") for key, values in arrays.items() if key not in taken and len(values)]
-    if arrays.get(KV_TOKENS):
-        items += [(KV_TOKENIZER_MODEL, TOKENIZER_MODEL, "str"), (KV_TOKENIZER_PRE, TOKENIZER_PRE, "str")]
+    items += [item for item in config.spec.array_kvs(config, arrays) if item[0] not in taken]
     return items
 
 
@@ -217,30 +189,23 @@ def write_adapter_gguf(path: str | os.PathLike, model: nn.Module | Mapping[str, 
 
     `mu`/`sigma` (σ already floored) fold the standardization into out_proj; they are
     required for kinds trained on standardized targets and refused for the others;
-    `bank_mu`/`bank_sigma` fold the bridge's bank head (out_bank), exactly when it has one.
-    `arrays` are string-array KVs written after all the others (the bridge's vocabulary:
-    tokenizer.ggml.tokens and .merges, followed by tokenizer.ggml.model and .pre); a bridge
-    without them is refused, since the engine could not tokenize its template. `extra` are tensors
-    written after the adapter's under their own names: Ming's `tokenizer_json` (the Ling tokenizer.json,
-    one F16 element per byte), without which a Ming adapter is refused for the same reason.
+    `bank_mu`/`bank_sigma` fold the kind's second head (AdapterKind.bank_head), exactly when it has one.
+    `arrays` are string-array KVs written after all the others (a vocabulary the engine tokenizes a
+    template with, followed by the kind's array_kvs); `extra` are tensors written after the adapter's
+    under their own names (a tokenizer.json as bytes). The kind refuses (check_export) a file the
+    engine could not use without them.
     """
     state = model.state_dict() if isinstance(model, nn.Module) else dict(model)
     arrays, extra = dict(arrays or {}), dict(extra or {})
-    if config.standardized != (mu is not None and sigma is not None):
+    kind = config.spec
+    bank_head = kind.bank_head(config)
+    if kind.standardized != (mu is not None and sigma is not None):
         raise ValueError(f"{config.kind}: fold statistics must be given exactly when the kind is "
                          f"trained on standardized targets")
-    if bool(config.n_bank) != (bank_mu is not None and bank_sigma is not None):
+    if (bank_head is not None) != (bank_mu is not None and bank_sigma is not None):
         raise ValueError(f"{config.kind}: the bank head's fold statistics must be given exactly when the "
                          f"adapter has a bank")
-    if config.kind == MING and TOKENIZER_JSON not in extra:
-        raise ModelFileError(f"{path} was not written: the engine cannot tokenize Ming's prompt without the Ling "
-                             f"tokenizer ({TOKENIZER_JSON}), so download the teacher's mllm/tokenizer.json and "
-                             f"export again.")
-    if config.bridge and config.kind != MING and not (arrays.get(KV_TOKENS) and arrays.get(KV_MERGES)):
-        raise ModelFileError(f"{path} was not written: the engine cannot tokenize the MOSS template without "
-                             f"the teacher's vocabulary ({KV_TOKENS} and {KV_MERGES}), so download the "
-                             f"teacher's tokenizer.json and export again.")
-    bank_head = config.bank_names[1] if config.bridge else "out_bank"
+    kind.check_export(config, path, arrays, extra)
     state = (fold_standardization(state, mu, sigma, bank_mu, bank_sigma, bank_head) if mu is not None
              else {k: v.detach().to(torch.float32) for k, v in state.items()})
 

@@ -36,7 +36,7 @@ from trainer_core.base.events import Report
 from trainer_core.contract.image_sources import ImageSource, build_sources, safe_name
 
 if TYPE_CHECKING:  # the project layer sits above this one
-    from trainer_core.project import Project
+    from trainer_core.base.folder import ProjectFolder
 
 __all__ = [
     "ADD_THINGS", "STYLES", "BACKGROUNDS", "COLORS", "TWO_IMAGE_PATTERNS", "DETERMINERS", "ADJECTIVES",
@@ -336,7 +336,7 @@ class _ImageCheck:
         return sum(1 for ok in self.valid.values() if not ok)
 
 
-def build_image_corpus(project: Project, report: Report, should_stop: Callable[[], bool],
+def build_image_corpus(project: ProjectFolder, report: Report, should_stop: Callable[[], bool],
                        text_sources: Callable[[], list[tuple[str, Iterable[str]]]]) -> str:
     """The corpus stage of an image pack; `text_sources` gives the prompt sources of the text share."""
     c = project.settings.corpus

@@ -23,7 +23,7 @@ from typing import Any, Iterator, Optional, Protocol, TYPE_CHECKING
 from trainer_core.base.errors import CorpusError
 
 if TYPE_CHECKING:  # the project layer sits above this one
-    from trainer_core.project import Project
+    from trainer_core.base.folder import ProjectFolder
 
 __all__ = ["IMAGE_SUFFIXES", "ImageSource", "FlickrSource", "CocoSource", "FolderSource", "build_sources",
            "safe_name"]
@@ -171,7 +171,7 @@ class FolderSource:
 PRESET_SOURCES = {"flickr30k": FlickrSource, "coco_captions": CocoSource}
 
 
-def build_sources(project: Project) -> dict[str, ImageSource]:
+def build_sources(project: ProjectFolder) -> dict[str, ImageSource]:
     """Source name -> source: the presets in their configured order, then the folders.
 
     A preset whose material is missing raises the pack's UsageError (how to download it)."""

@@ -44,7 +44,7 @@ from trainer_core.contract import checkpoints
 from trainer_core.contract.engine_bpe import TOKENIZATION
 
 if TYPE_CHECKING:  # torch stays out of the CLI's and the driver's imports
-    from trainer_core.project import Project
+    from trainer_core.base.folder import ProjectFolder
     import torch
 
 __all__ = [
@@ -59,30 +59,30 @@ _MAX_HEADER = 100 << 20            # safetensors' own limit on the header's leng
 _intact: dict[tuple[str, int, int], bool] = {}     # (path, size, mtime_ns) → shard_intact's answer
 
 
-def mock_enabled(project: Project) -> bool:
+def mock_enabled(project: ProjectFolder) -> bool:
     """Synthetic targets: the project setting or GGUF_TRAINER_MOCK_TEACHER (anything but "" / "0")."""
     return project.settings.precompute.mock_teacher or os.environ.get(MOCK_ENV, "") not in ("", "0")
 
 
-def contract_for(project: Project) -> str:
+def contract_for(project: ProjectFolder) -> str:
     """What the shards of this project must have been written under: the pack's contract, the
     tokenization (engine_bpe.TOKENIZATION) and whether the teacher was the mock."""
     mock = " mock-teacher" if mock_enabled(project) else ""
     return f"{project.pack.shard_contract_of(project)} {TOKENIZATION}{mock}"
 
 
-def shard_path(project: Project, split: str, index: int) -> Path:
+def shard_path(project: ProjectFolder, split: str, index: int) -> Path:
     return project.shards_dir(split) / f"{split}-{index:05d}.safetensors"
 
 
-def shard_files(project: Project, split: str) -> list[Path]:
+def shard_files(project: ProjectFolder, split: str) -> list[Path]:
     folder = project.shards_dir(split)
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if _NAME.match(p.name) and p.name.startswith(split))
 
 
-def read_contract(project: Project, split: str) -> str | None:
+def read_contract(project: ProjectFolder, split: str) -> str | None:
     try:
         text = (project.shards_dir(split) / "CONTRACT").read_text(encoding="utf-8").strip()
     except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
@@ -90,21 +90,21 @@ def read_contract(project: Project, split: str) -> str | None:
     return text or None
 
 
-def split_lines(project: Project, split: str) -> int:
+def split_lines(project: ProjectFolder, split: str) -> int:
     from trainer_core.contract.corpus_files import read_corpus
     train, val = project.corpus_files()
     path = val if split == "val" else train
     return len(read_corpus(path)) if path.is_file() else 0
 
 
-def expected_shards(project: Project, split: str, lines: int | None = None) -> int:
+def expected_shards(project: ProjectFolder, split: str, lines: int | None = None) -> int:
     p = project.settings.precompute
     size = p.val_shard_size if split == "val" else p.shard_size
     lines = split_lines(project, split) if lines is None else lines
     return max(1, math.ceil(lines / size))
 
 
-def valid_shards(project: Project, split: str) -> list[Path]:
+def valid_shards(project: ProjectFolder, split: str) -> list[Path]:
     """The split's intact shards, or none when they were written under another contract."""
     if read_contract(project, split) != contract_for(project):
         return []
@@ -142,7 +142,7 @@ def _header_fits(path: Path, size: int) -> bool:
     return isinstance(header, dict) and 8 + n + max(ends, default=0) <= size
 
 
-def prepare_split(project: Project, split: str, log: Callable[[str], None], clean_temps: bool = True) -> None:
+def prepare_split(project: ProjectFolder, split: str, log: Callable[[str], None], clean_temps: bool = True) -> None:
     """Discard the split's shards if they were written under another contract, and any damaged shard
     (`shard_intact`), then mark it. `clean_temps` removes every leftover temp file (with several
     ranks, each removes its own: `remove_temps`)."""
@@ -173,7 +173,7 @@ def prepare_split(project: Project, split: str, log: Callable[[str], None], clea
         atomic_write_text(folder / "CONTRACT", want + "\n")
 
 
-def remove_temps(project: Project, split: str, indices: "set[int] | None" = None) -> None:
+def remove_temps(project: ProjectFolder, split: str, indices: "set[int] | None" = None) -> None:
     """Delete the temp files of shards that were in flight when a run died (of `indices` only, when
     given: another rank may be writing the others right now)."""
     folder = project.shards_dir(split)
@@ -232,7 +232,7 @@ def target_moments(rows: "torch.Tensor", prefix: str = "stat") -> dict[str, "tor
     return {f"{prefix}_s": s, f"{prefix}_s2": s2, f"{prefix}_n": torch.tensor([n], dtype=torch.int64)}
 
 
-def load_stats(project: Project, sigma_floor: float, n_taps: int = 0, prefix: str = "stat"
+def load_stats(project: ProjectFolder, sigma_floor: float, n_taps: int = 0, prefix: str = "stat"
                ) -> tuple["torch.Tensor", "torch.Tensor", int]:
     """(μ, σ_f, number of floored dims) from the running moments of the train shards; with `n_taps`
     (layerwise rows) the floor is relative, per tap (tap_losses.relative_sigma). `prefix` "bstat": the

@@ -1,7 +1,6 @@
 """The pack registry. Packs are listed here explicitly, in the order the GUI shows them."""
 from __future__ import annotations
 
-from trainer_core.base.config import Settings
 from trainer_core.base.errors import UnknownPackError
 from trainer_core.packs import (llada_image, ming_image, qwen35_bridge, qwen3vl_flux3, qwen3vl_mageflow,
                                 qwen3vl_qwenimage, t5xxl_pixart)
@@ -14,7 +13,7 @@ PACKS: dict[str, TrainerPack] = {
     for p in (llada_image.PACK, qwen3vl_mageflow.PACK, qwen3vl_qwenimage.PACK, qwen3vl_flux3.PACK, qwen35_bridge.PACK,
               ming_image.PACK, t5xxl_pixart.PACK)
 }
-DEFAULT_PACK = Settings.pack   # the reference project.json's pack
+DEFAULT_PACK = llada_image.PACK.id   # the reference project.json's pack
 # the packs with a demo, in the order the GUI offers them; the first (a tiny real T5 teacher, the
 # fastest run) is the demo `python app.py --demo` and `gguf-trainer demo` build by default
 DEMO_PACKS: tuple[str, ...] = (t5xxl_pixart.PACK.id, llada_image.PACK.id, qwen3vl_mageflow.PACK.id,

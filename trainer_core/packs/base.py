@@ -8,7 +8,8 @@ templates, export KVs, metric names, the ggk command line) plus a few hooks:
     build_teacher(project, device)         the real teacher, loaded once per stage process
     build_mock_teacher(project)            synthetic targets of the right shapes
     make_shard(prompts, student, teacher, budgets) -> (tensors, meta)   one shard's content
-    adapter_config(project, in_dim)        the adapter the train stage builds
+    adapter_config(project, in_dim, dims)  the adapter the train stage builds (dims: the teacher's, read
+                                           from its config unless given; the plan gives reference_dims)
     ggk_command(project)                   the engine command line that uses the export
     adapter_kvs(config)                    the pack's KVs of an export (export_kvs + shape-dependent ones)
     export_arrays(project)                 string-array KVs an export writes after those (a vocabulary)
@@ -16,6 +17,8 @@ templates, export KVs, metric names, the ggk command line) plus a few hooks:
                                            tokenizer_json)
     layer_prompt(rng, caption)             a layer-decomposition instruction (corpus.n_layer; Ming only)
     student_states(student, text)          the student's rows for a prompt, as the engine feeds the adapter
+    prompt_inputs(adapter, text, vis)      the adapter's other infer inputs the engine derives from a prompt
+                                           (Ming's template ids, from the tokenizer the file carries)
     export_extras(project, report)         what the export stage writes beside the adapter (SigVQ)
     extra_outputs(project)                 those files, for the Output tab and `status`
     shard_bytes(project, dims, student_dim)  disk a sample's shard rows take, from the pack's shapes
@@ -35,14 +38,12 @@ from trainer_core.base.errors import StageNotAvailableError, UsageError
 from trainer_core.contract.prompt_attention import parse_prompt_attention, plain_text
 
 if TYPE_CHECKING:  # the stages import torch; the registry stays light
-    from trainer_core.contract.adapter import AdapterConfig
-    from trainer_core.project import Project
+    from trainer_core.contract.kinds import AdapterConfig
+    from trainer_core.base.folder import ProjectFolder
 
-__all__ = ["TrainerPack", "Material", "Budgets", "ADAPTER_KINDS", "CORPUS_KINDS", "STUDENT_MATERIALS",
+__all__ = ["TrainerPack", "Material", "Budgets", "CORPUS_KINDS", "STUDENT_MATERIALS",
            "IMAGE_PRESET_MATERIALS", "STUDENT_FILE", "PIG_CLIP_WIDTH", "DEMO_SETTINGS"]
 
-ADAPTER_KINDS = ("resampler", "seeded_resampler", "token_aligned_vision", "token_aligned_layerwise", "qwen35_bridge",
-                 "ming_image")
 CORPUS_KINDS = ("text", "image")
 
 
@@ -116,7 +117,7 @@ class TrainerPack:
     id: str                       # "llada_image"
     title: str                    # shown in the New project form
     description: str              # one paragraph for the GUI and `gguf-trainer packs`
-    adapter_kind: str             # one of ADAPTER_KINDS
+    adapter_kind: str             # a registered adapter kind (contract/kinds/)
     corpus_kind: str              # "text": data/{train,val}.txt; "image": data/{train,val}.jsonl
     default_folder: str           # project folder (and adapter name without "pig_")
     shard_contract: str           # the CONTRACT string precomputed shards are written under
@@ -143,8 +144,10 @@ class TrainerPack:
     invalidating: tuple[str, ...] = ()     # settings of this pack whose change makes the shards stale
 
     def __post_init__(self) -> None:
-        if self.adapter_kind not in ADAPTER_KINDS:
-            raise ValueError(f"pack {self.id}: unknown adapter kind {self.adapter_kind!r}")
+        from trainer_core.contract.kinds import kind_names
+        if self.adapter_kind not in kind_names():
+            raise ValueError(f"pack {self.id}: unknown adapter kind {self.adapter_kind!r}; the registered kinds "
+                             f"are {', '.join(kind_names())}")
         if self.corpus_kind not in CORPUS_KINDS:
             raise ValueError(f"pack {self.id}: unknown corpus kind {self.corpus_kind!r}")
 
@@ -171,16 +174,16 @@ class TrainerPack:
         the adapter, so the target is the unweighted one)."""
         return self.format_prompt(plain_text(text) if text else text)
 
-    def teacher_material_ids(self, project: "Project") -> tuple[str, ...]:
+    def teacher_material_ids(self, project: "ProjectFolder") -> tuple[str, ...]:
         """The materials precompute loads as models (their weights count in the plan)."""
         return ("teacher",)
 
-    def shard_contract_of(self, project: "Project") -> str:
+    def shard_contract_of(self, project: "ProjectFolder") -> str:
         """The contract this project's shards are written under: the pack's, plus what of the settings
         shapes the shards (`invalidating`)."""
         return self.shard_contract
 
-    def ggk_command(self, project: "Project") -> str:
+    def ggk_command(self, project: "ProjectFolder") -> str:
         """The engine command line that uses the export (the student file as picked for training)."""
         student = self.resolve_material(project, "student")
         args = self.ggk_args.replace("{gguf}", str(project.gguf_path()))
@@ -191,22 +194,22 @@ class TrainerPack:
         """The pack's KVs of an export of `config` (export_kvs, plus what depends on the trained shapes)."""
         return dict(self.export_kvs)
 
-    def export_arrays(self, project: "Project") -> dict[str, list[str]]:
+    def export_arrays(self, project: "ProjectFolder") -> dict[str, list[str]]:
         """String-array KVs an export writes after the adapter's KVs (the Qwen3.5 bridge's vocabulary,
         tokenizer.ggml.tokens and .merges); none by default."""
         return {}
 
-    def export_stale(self, project: "Project") -> bool:
+    def export_stale(self, project: "ProjectFolder") -> bool:
         """Whether the export must run again although the GGUF is newer than best.pt (Ming: a vis_bridge
         to fit or write); cheap, the pipeline asks it often."""
         return False
 
-    def prepare_export(self, project: "Project", report: Any, should_stop: Any) -> bool:
+    def prepare_export(self, project: "ProjectFolder", report: Any, should_stop: Any) -> bool:
         """Work the export stage does before writing the adapter (Ming: fit its vis_bridge); False when
         stopped."""
         return True
 
-    def export_tensors(self, project: "Project") -> dict[str, Any]:
+    def export_tensors(self, project: "ProjectFolder") -> dict[str, Any]:
         """Tensors an export writes after the adapter's under their own names (numpy arrays, written as
         they are): Ming's `tokenizer_json`; none by default. A pack that cannot provide what the engine
         needs raises ModelFileError before anything is written."""
@@ -224,23 +227,29 @@ class TrainerPack:
         ids, mask = student.batch([student.ids(self.student_chunks(text))])
         return student.hidden(ids, mask)[0].cpu().numpy()
 
-    def export_extras(self, project: "Project", report: Any) -> None:
+    def prompt_inputs(self, adapter: Path, text: str, vis: Any) -> dict[str, Any]:
+        """`gguf-trainer infer --prompt`: the adapter's inputs besides the student's rows that the engine
+        derives from the prompt (infer option → value, e.g. "--seed-ids"); `vis` the vision rows given, or
+        None. None by default."""
+        return {}
+
+    def export_extras(self, project: "ProjectFolder", report: Any) -> None:
         """Files the export stage writes beside the adapter; none by default."""
 
-    def extra_outputs(self, project: "Project") -> list[Path]:
+    def extra_outputs(self, project: "ProjectFolder") -> list[Path]:
         """The files export_extras wrote that exist now (the Output tab lists them)."""
         return []
 
-    def shard_bytes(self, project: "Project", dims: Mapping[str, int], student_dim: int) -> float:
+    def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
         """Bytes one sample's shard rows take (bf16): ~60 student rows and the teacher's rows."""
         rows = dims.get("num_queries") or 60
         return 60 * student_dim * 2 + rows * dims["out_dim"] * 2
 
-    def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
+    def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """The demo's tiny teacher under materials/; none by default (the demo runs the mock)."""
 
     # ------------------------------------------------------------ materials
-    def project_materials(self, project: "Project") -> tuple[Material, ...]:
+    def project_materials(self, project: "ProjectFolder") -> tuple[Material, ...]:
         """The pack's materials plus, for image packs, one per image preset the corpus uses."""
         if self.corpus_kind != "image":
             return self.materials
@@ -257,7 +266,7 @@ class TrainerPack:
                     return m
         raise KeyError(material_id)
 
-    def resolve_material(self, project: "Project", material_id: str) -> Path | None:
+    def resolve_material(self, project: "ProjectFolder", material_id: str) -> Path | None:
         """Where a material lives: a path override (picked or linked), else its place under
         materials/ (snapshots); None for a local file nobody picked."""
         override = project.settings.materials.get(material_id)
@@ -268,7 +277,7 @@ class TrainerPack:
             return project.materials_dir / (m.subdir or m.repo.rsplit("/", 1)[-1])
         return None
 
-    def require_material(self, project: "Project", material_id: str) -> Path:
+    def require_material(self, project: "ProjectFolder", material_id: str) -> Path:
         """The material's path, or a UsageError saying how to provide it."""
         m = self.material(material_id)
         path = self.resolve_material(project, material_id)
@@ -283,29 +292,29 @@ class TrainerPack:
         return path
 
     # ------------------------------------------------------------ hooks
-    def teacher_dims(self, project: "Project") -> dict[str, int]:
+    def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """{"out_dim": …, and kind-specific sizes} from the teacher's config."""
         raise StageNotAvailableError(f"The {self.title} teacher is not available in this version yet.")
 
-    def build_teacher(self, project: "Project", device: Any) -> Any:
+    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
         raise StageNotAvailableError(
             f"The {self.title} teacher is not available in this version yet; tick precompute.mock_teacher "
             f"(or set GGUF_TRAINER_MOCK_TEACHER=1) to run the pipeline on synthetic targets.")
 
-    def build_mock_teacher(self, project: "Project") -> Any:
+    def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         raise StageNotAvailableError(f"The {self.title} pack has no mock teacher in this version yet.")
 
-    def budgets(self, project: "Project", device: Any) -> Budgets:
+    def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
         p = project.settings.precompute
         return Budgets(p.teacher_batch or 24, p.tok_budget or 12288, p.student_batch or 64,
                        p.student_tok_budget or (p.student_batch or 64) * self.max_len_student)
 
-    def read_samples(self, project: "Project", path: Path) -> list[Any]:
+    def read_samples(self, project: "ProjectFolder", path: Path) -> list[Any]:
         """The samples of a corpus file, as make_shard takes them (text packs: the prompts)."""
         from trainer_core.contract.corpus_files import read_corpus
         return read_corpus(path)
 
-    def prepare(self, project: "Project", student: Any, teacher: Any, report: Any) -> Any:
+    def prepare(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> Any:
         """Once per precompute stage, after the models are loaded: checks and fits that make_shard
         needs; what it returns is handed to every make_shard call."""
         return None
@@ -314,9 +323,10 @@ class TrainerPack:
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
         raise StageNotAvailableError(f"Precompute for the {self.title} pack is not available in this version yet.")
 
-    def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
+    def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
+                       ) -> "AdapterConfig":
         raise StageNotAvailableError(f"Training the {self.title} adapter is not available in this version yet.")
 
-    def load_frozen(self, project: "Project", model: Any) -> None:
+    def load_frozen(self, project: "ProjectFolder", model: Any) -> None:
         """Load the adapter's frozen parts (precompute fitted them) into a freshly built model; none
         by default."""

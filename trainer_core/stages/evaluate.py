@@ -21,10 +21,7 @@ from trainer_core.base.events import Report
 from trainer_core.contract import checkpoints
 from trainer_core.contract.adapter_export import checkpoint_model
 from trainer_core.contract.gguf_io import KV_CHECKPOINT, KV_PLANNED_STEPS, KV_TRAINED_STEPS, read_adapter_gguf
-from trainer_core.contract.bridge import HEADS, BridgeMetrics
-from trainer_core.contract.losses import ResamplerMetrics, SeededMetrics, TokenAlignedMetrics
 from trainer_core.contract.objective import model_outputs
-from trainer_core.contract.tap_losses import LayerwiseMetrics
 from trainer_core.project import Project
 from trainer_core.contract.shards import valid_shards
 from trainer_core.contract.stream import val_batches
@@ -55,18 +52,10 @@ def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torc
     files = valid_shards(project, "val")
     if not files:
         raise TrainerError("The evaluation needs the val shards under the current contract; run precompute first.")
-    bank = None
-    if config.bridge:
-        bank = ((ck["mu_bank"].float().to(device), ck["sigma_bank"].float().to(device)) if config.n_bank else None)
-        metrics: Any = BridgeMetrics(mu, None if bank is None else bank[0], HEADS[config.kind])
-    elif config.layerwise:
-        metrics = LayerwiseMetrics(mu, sigma, config.taps)
-    elif config.kind == "resampler":
-        metrics = ResamplerMetrics(mu)
-    elif config.kind == "seeded_resampler":
-        metrics = SeededMetrics()
-    else:
-        metrics = TokenAlignedMetrics()
+    kind = config.spec
+    bank = ((ck["mu_bank"].float().to(device), ck["sigma_bank"].float().to(device))
+            if kind.bank_head(config) is not None else None)
+    metrics = kind.eval_metrics(config, mu, sigma, bank)
     samples, large = 0, device.type != "cpu"
     for batch in val_batches(files, project.settings.train.batch_size):
         if should_stop():
@@ -78,24 +67,8 @@ def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torc
             if needs_large_blocks(8 * max(t.numel() for t in _tensors(pred))) and keep_large_blocks():
                 log("CPU metrics above 32 MiB a tensor: freed memory stays in the heap (up to 1 GiB) instead of "
                     "being unmapped at every batch")
-        pred_ck = model_outputs(config, ck_model, batch)
-        if config.bridge:
-            slots, plain, aligned = pred_ck
-            scale = (lambda x: None if x is None else x * bank[1] + bank[0]) if bank else (lambda x: None)  # noqa: E731
-            metrics.update(batch, pred, (slots * sigma + mu, scale(plain), scale(aligned)))
-            samples += batch.size
-            continue
-        if config.standardized:
-            pred_ck = torch.addcmul(mu, pred_ck, sigma)                   # pred_ck · σ + μ in one pass
-        if config.layerwise:
-            metrics.update(pred, batch.target, weight=batch.weight, pad=batch.pad, pred_ck=pred_ck)
-        elif config.kind == "resampler":
-            metrics.update(pred, batch.target, pred_ck=pred_ck)
-        elif config.token_aligned:
-            metrics.update(pred, batch.target, sup=batch.tmask, vision=batch.vision, sup_start=batch.sup_start,
-                           keep=batch.mask, pred_ck=pred_ck)
-        else:
-            metrics.update(pred, batch.target, batch.seed_len, pred_ck=pred_ck)
+        pred_ck = kind.teacher_scale(config, model_outputs(config, ck_model, batch), mu, sigma, bank)
+        kind.eval_batch(metrics, batch, pred, pred_ck)
         samples += batch.size
     result = metrics.result()
     result["val_samples"] = samples

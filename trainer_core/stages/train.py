@@ -25,7 +25,8 @@ from typing import Any, Callable
 import torch
 
 from trainer_core.contract import checkpoints
-from trainer_core.contract.adapter import AdapterConfig, build_adapter, count_parameters
+from trainer_core.contract.adapter import count_parameters
+from trainer_core.contract.kinds import AdapterConfig, build_adapter
 from trainer_core.base.allocator import keep_large_blocks, needs_large_blocks
 from trainer_core.base.atomic import atomic_write_text
 from trainer_core.contract.dist import close_group, init_group, rank_device
@@ -63,8 +64,8 @@ class Trainer:
         self.config: AdapterConfig = self.pack.adapter_config(project, in_dim)
         mu, sigma, floored = load_stats(project, t.sigma_floor, len(self.config.taps))
         self.mu, self.sigma = mu.to(self.device), sigma.to(self.device)
-        self.bank_stats: tuple[torch.Tensor, torch.Tensor] | None = None      # the bridge's Klein bank
-        if self.config.bridge and self.config.n_bank:
+        self.bank_stats: tuple[torch.Tensor, torch.Tensor] | None = None      # a second head's (a bank's)
+        if self.config.spec.bank_head(self.config) is not None:
             bmu, bsigma, _ = load_stats(project, t.sigma_floor, prefix="bstat")
             self.bank_stats = (bmu.to(self.device), bsigma.to(self.device))
         torch.manual_seed(t.seed)
@@ -145,7 +146,7 @@ class Trainer:
               "stream": self.stream.position.to_dict(),
               "rng": {"cpu": torch.get_rng_state(),
                       "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-              "mu": self.mu.cpu(), "sigma": self.sigma.cpu(), "standardized": self.config.standardized,
+              "mu": self.mu.cpu(), "sigma": self.sigma.cpu(), "standardized": self.config.spec.standardized,
               "pack": self.pack.id, "time": time.time(), **self._bank_stats_record()}
         current = self.val if self.val_step == self.step else None
         path = checkpoints.save(self.project, name, ck, checkpoints.Sidecar(
@@ -168,14 +169,13 @@ class Trainer:
         if not forced and n % every:
             return
         from trainer_core.contract.gguf_io import gguf_dtype
-        heads = (("out_proj", "skip") if self.config.layerwise else ("out_proj", self.config.bank_names[1])
-                 if self.config.bridge else ("out_proj",))                           # folded at export: f32
+        heads = self.config.spec.folded_heads(self.config)                         # folded at export: f32
         state = {k: (v.half() if gguf_dtype(k, v.ndim) == "f16" and not k.startswith(heads) else v.float())
                  for k, v in self.model.state_dict().items()}
         path = checkpoints.save_kept_step(self.project, {
             "config": self.config.to_dict(), "model": state, "step": n, "planned_steps": self.planned,
             "best_val_cos": self.best_val_cos, "mu": self.mu.cpu(), "sigma": self.sigma.cpu(),
-            "standardized": self.config.standardized, "pack": self.pack.id, **self._bank_stats_record()},
+            "standardized": self.config.spec.standardized, "pack": self.pack.id, **self._bank_stats_record()},
             checkpoints.Sidecar(
             trained_steps=n, planned_steps=self.planned, best_val_cos=self.best_val_cos,
             val_cos=self.val["val_cos"] if self.val_step == n and self.val else None, time=time.time()))
@@ -256,8 +256,7 @@ class Trainer:
         """Micro-batches of rows × tokens ≤ train.batch_tokens (0 = the whole batch)."""
         budget = self.t.batch_tokens
         per_row = batch.h.shape[1] + batch.target.shape[1]
-        if batch.bridge is not None:        # the raw vision keys, and the bank rows (a Klein sample's twice)
-            per_row += batch.bridge.vis_kv.shape[1] + (1 + self.config.bank_align) * self.config.n_bank
+        per_row += self.config.spec.extra_rows(self.config, batch)       # a kind's extra keys (vision, a bank)
         if budget <= 0 or batch.size * per_row <= budget:
             return [batch]
         n = max(1, budget // per_row)
@@ -444,8 +443,9 @@ def grad_checkpointing(setting: str, config: AdapterConfig, device: torch.device
     """train.grad_checkpoint: "on" recomputes each block's activations in the backward pass (the same
     weights; bench/grad_checkpoint.py: 28 % less peak memory for the resampler, 36 % for the bridge, ~5 %
     for the layerwise kind, at up to 1.35× the step time); "auto" turns it on only where activations
-    dominate a GPU's memory: the Qwen3.5 bridge (a bank and up to 2304 slots over 4096-d keys) on CUDA."""
-    return setting == "on" or (setting == "auto" and config.bridge and device.type == "cuda")
+    dominate a GPU's memory: the kinds that say so (`grad_checkpoint_auto`: the Qwen3.5 bridge, a bank and
+    up to 2304 slots over 4096-d keys) on CUDA."""
+    return setting == "on" or (setting == "auto" and config.spec.grad_checkpoint_auto and device.type == "cuda")
 
 
 def _errors_only(report: Report) -> Report:
@@ -467,9 +467,10 @@ def large_block_step(trainer: Trainer) -> bool:
     """Whether a CPU step's [B, R, D] float32 temporaries (a resampler's fixed R query rows) are above
     glibc's mmap ceiling, so that each would be mapped and faulted in again at every step."""
     c = trainer.config
-    if trainer.device.type != "cpu" or not c.num_queries:
+    rows = c.spec.step_rows(c)
+    if trainer.device.type != "cpu" or not rows:
         return False
-    return needs_large_blocks(trainer.t.batch_size * c.num_queries * c.out_dim * 4)
+    return needs_large_blocks(trainer.t.batch_size * rows * c.out_dim * 4)
 
 
 def run(project: Project, report: Report, should_stop: Callable[[], bool] = never) -> str:

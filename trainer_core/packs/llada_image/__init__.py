@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material, TrainerPack
 
 if TYPE_CHECKING:
-    from trainer_core.contract.adapter import AdapterConfig
-    from trainer_core.project import Project
+    from trainer_core.contract.kinds import AdapterConfig
+    from trainer_core.base.folder import ProjectFolder
 
 from trainer_core.contract.prompt_attention import parse_prompt_attention
 from trainer_core.packs.llada_image.contract import (EMPTY, MAX_LEN_TEACHER, NUM_QUERIES, OUT_DIM, PREFIX, SUFFIX,
@@ -35,7 +35,7 @@ class LLaDAPack(TrainerPack):
             return [EMPTY]
         return [PREFIX, *(chunk for chunk, _ in parse_prompt_attention(" " + text)), SUFFIX]
 
-    def teacher_dims(self, project: "Project") -> dict[str, int]:
+    def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """projection_dim and num_queries of the snapshot's text_projection / queryformer configs
         (the reference shape when the teacher is mocked and not downloaded)."""
         from trainer_core.contract.shards import mock_enabled
@@ -46,13 +46,13 @@ class LLaDAPack(TrainerPack):
         dims = teacher_dims(self.require_material(project, "teacher"))
         return {"out_dim": dims["out_dim"], "num_queries": dims["num_queries"]}
 
-    def build_teacher(self, project: "Project", device: Any) -> Any:
+    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
         from trainer_core.packs.llada_image.teacher import LLaDATeacher
         p = project.settings.precompute
         return LLaDATeacher(self.require_material(project, "teacher"), device=device, placement=p.placement,
                             gpu_mem_gib=p.gpu_mem_gib, cpu_mem_gib=p.cpu_mem_gib)
 
-    def build_mock_teacher(self, project: "Project") -> Any:
+    def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.llada_image.teacher import MockLLaDATeacher
         dims = self.teacher_dims(project)
         return MockLLaDATeacher(dims["out_dim"], dims["num_queries"])
@@ -97,18 +97,19 @@ class LLaDAPack(TrainerPack):
         return tensors, {"prompts": prompts, "num_queries": int(t.shape[1]), "truncated_student": truncated,
                          "truncated_teacher": sum(n >= MAX_LEN_TEACHER for n in lens)}
 
-    def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
-        from trainer_core.contract.adapter import AdapterConfig
-        dims, t = self.teacher_dims(project), project.settings.train
+    def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
+                       ) -> "AdapterConfig":
+        from trainer_core.contract.kinds import AdapterConfig
+        dims, t = dims or self.teacher_dims(project), project.settings.train
         return AdapterConfig("resampler", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
                              depth=t.depth, num_queries=dims["num_queries"])
 
     # ------------------------------------------------------------ export: the SigVQ beside the adapter
-    def ggk_command(self, project: "Project") -> str:
+    def ggk_command(self, project: "ProjectFolder") -> str:
         from trainer_core.packs.llada_image.sigvq import sigvq_path
         return super().ggk_command(project).replace("{sigvq}", str(sigvq_path(project)))
 
-    def export_extras(self, project: "Project", report: Any) -> None:
+    def export_extras(self, project: "ProjectFolder", report: Any) -> None:
         from trainer_core.packs.llada_image.sigvq import export_sigvq
         sigvq, what = export_sigvq(project)
         if what == "written":
@@ -119,12 +120,12 @@ class LLaDAPack(TrainerPack):
             report("log", level="info", message="SigVQ not exported: the optional sigvq material is not on disk "
                                                 "(download it to get the editing encoder)")
 
-    def extra_outputs(self, project: "Project") -> list[Path]:
+    def extra_outputs(self, project: "ProjectFolder") -> list[Path]:
         from trainer_core.packs.llada_image.sigvq import sigvq_path
         path = sigvq_path(project)
         return [path] if path.is_file() else []
 
-    def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
+    def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """The mock teacher stands in; a small random SigVQ file makes the export write its GGUF too."""
         from trainer_core.packs.llada_image.tiny import write_tiny_sigvq
         write_tiny_sigvq(self.resolve_material(project, "sigvq"))

@@ -12,24 +12,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the project layer sits above this one
-    from trainer_core.project import Project
+    from trainer_core.base.folder import ProjectFolder
 
 __all__ = ["sigvq_source", "sigvq_path", "export_sigvq"]
 
 
-def sigvq_source(project: Project) -> Path | None:
+def sigvq_source(project: ProjectFolder) -> Path | None:
     root = project.pack.resolve_material(project, "sigvq")
     path = root / "sigvq" / "diffusion_pytorch_model.safetensors" if root else None
     return path if path is not None and path.is_file() else None
 
 
-def sigvq_path(project: Project) -> Path:
+def sigvq_path(project: ProjectFolder) -> Path:
     name = project.settings.name
     base = name[: -len("_adapter")] if name.endswith("_adapter") else name
     return project.output_dir() / f"{base}_sigvq-f16.gguf"
 
 
-def export_sigvq(project: Project) -> tuple[Path | None, str]:
+def export_sigvq(project: ProjectFolder) -> tuple[Path | None, str]:
     """(the GGUF or None, what happened: "written", "current", "no source" or "off")."""
     if not project.settings.export.export_sigvq:
         return None, "off"

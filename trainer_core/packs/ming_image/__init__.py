@@ -22,8 +22,8 @@ from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material
 from trainer_core.packs.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
 
 if TYPE_CHECKING:
-    from trainer_core.contract.adapter import AdapterConfig
-    from trainer_core.project import Project
+    from trainer_core.contract.kinds import AdapterConfig
+    from trainer_core.base.folder import ProjectFolder
 
 __all__ = ["PACK", "MingPack", "TEACHER"]
 
@@ -73,7 +73,7 @@ class MingPack(VisionPack):
         """The raw prompt, one chunk, no attention parse (the engine's Ming adapter path)."""
         return [text]
 
-    def shard_contract_of(self, project: "Project") -> str:
+    def shard_contract_of(self, project: "ProjectFolder") -> str:
         return f"{self.shard_contract}+slots{project.settings.train.max_slots}"
 
     def layer_prompt(self, rng: Any, caption: str) -> str:
@@ -87,7 +87,7 @@ class MingPack(VisionPack):
             return layer_prompt("", n, style)
 
     # ------------------------------------------------------------ teacher
-    def teacher_dims(self, project: "Project") -> dict[str, int]:
+    def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """Direct rows (out_dim) and caption rows (cap_dim) from mlp/config.json, the vision rows (vis_dim,
         the thinker's width) and the Ling vocabulary (seed_vocab) from mllm/config.json; the reference
         shapes when the teacher is mocked and not downloaded."""
@@ -106,13 +106,13 @@ class MingPack(VisionPack):
             raise ModelFileError(f"{root / 'mllm' / 'config.json'} lacks llm_config.hidden_size / vocab_size; "
                                  f"download {self.teacher_repo} again.") from None
 
-    def build_teacher(self, project: "Project", device: Any) -> Any:
+    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
         from trainer_core.packs.ming_image.teacher import MingTeacher
         p = project.settings.precompute
         return MingTeacher(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
                            gpu_mem_gib=p.gpu_mem_gib)
 
-    def build_mock_teacher(self, project: "Project") -> Any:
+    def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.ming_image.teacher import MockMingTeacher
         dims = self.teacher_dims(project)
         tokenizer = self.resolve_material(project, "teacher") / "mllm" / "tokenizer.json"
@@ -120,7 +120,7 @@ class MingPack(VisionPack):
                                tokenizer if tokenizer.is_file() else None)
 
     # ------------------------------------------------------------ precompute
-    def prepare(self, project: "Project", student: Any, teacher: Any, report: Any) -> Any:
+    def prepare(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> Any:
         """Check the Ling tokenizer against the engine's template, fit or reuse the seed table."""
         from trainer_core.packs.ming_image.shards import MingSession
         from trainer_core.packs.ming_image.template import check_template
@@ -142,14 +142,15 @@ class MingPack(VisionPack):
         return out
 
     # ------------------------------------------------------------ train / export
-    def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
-        from trainer_core.contract.adapter import AdapterConfig
-        dims, t = self.teacher_dims(project), project.settings.train
+    def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
+                       ) -> "AdapterConfig":
+        from trainer_core.contract.kinds import AdapterConfig
+        dims, t = dims or self.teacher_dims(project), project.settings.train
         return AdapterConfig("ming_image", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width, depth=t.depth,
                              seed_vocab=dims["seed_vocab"], seed_rank=t.seed_rank, vis_dim=dims["vis_dim"],
                              max_slots=t.max_slots, n_bank=dims["num_queries"], bank_dim=dims["cap_dim"])
 
-    def load_frozen(self, project: "Project", model: Any) -> None:
+    def load_frozen(self, project: "ProjectFolder", model: Any) -> None:
         """The seed table precompute fitted, into the frozen seed_embed."""
         from trainer_core.packs.qwen35_bridge.seed_table import load_seed_into
         load_seed_into(project.root / "seed_table.pt", model, self.id)
@@ -159,7 +160,7 @@ class MingPack(VisionPack):
                 "adapter.target": f"ming_image caption tokens (connector proj_out, {config.n_bank} x "
                                   f"{config.bank_dim}) + directvlm rows ({config.out_dim} per Ling token)"}
 
-    def export_tensors(self, project: "Project") -> dict[str, Any]:
+    def export_tensors(self, project: "ProjectFolder") -> dict[str, Any]:
         """`tokenizer_json`: the Ling tokenizer.json, one F16 element per byte (0 … 255, exact), which the
         engine reads to tokenize the Ming template (an export without it is refused); and the fitted
         `vis_bridge.*` when there is one for these inputs (bridge_fit.py)."""
@@ -182,21 +183,21 @@ class MingPack(VisionPack):
                 out[name] = t.numpy().astype(np.float16 if t.ndim == 2 else np.float32)
         return out
 
-    def export_stale(self, project: "Project") -> bool:
+    def export_stale(self, project: "ProjectFolder") -> bool:
         from trainer_core.packs.ming_image.bridge_fit import bridge_stale
         return bridge_stale(project)
 
-    def prepare_export(self, project: "Project", report: Any, should_stop: Any) -> bool:
+    def prepare_export(self, project: "ProjectFolder", report: Any, should_stop: Any) -> bool:
         """Fit the vis_bridge when a stock mmproj is picked (bridge_fit.py)."""
         from trainer_core.packs.ming_image.bridge_fit import ensure_vis_bridge
         return ensure_vis_bridge(project, report, should_stop)
 
-    def vision_path(self, project: "Project") -> Path:
+    def vision_path(self, project: "ProjectFolder") -> Path:
         from trainer_core.packs.ming_image.vision_export import vision_gguf_name
         base = project.settings.name.removesuffix("_adapter")       # pig_ming_adapter → pig_ming_vision-f16.gguf
         return project.gguf_path().with_name(vision_gguf_name(project.settings.export.vision_quant, base))
 
-    def export_extras(self, project: "Project", report: Any) -> None:
+    def export_extras(self, project: "ProjectFolder", report: Any) -> None:
         """The vision GGUF (`--llm_vision` for editing and layers) beside the adapter, from the teacher's
         mllm/ tensors; skipped while it is newer than them."""
         from trainer_core.packs.ming_image.vision import mllm_folder
@@ -215,7 +216,7 @@ class MingPack(VisionPack):
         else:
             report("artifact", path=str(done.path), kind="vision_gguf", size=done.bytes)
 
-    def extra_outputs(self, project: "Project") -> list[Path]:
+    def extra_outputs(self, project: "ProjectFolder") -> list[Path]:
         path = self.vision_path(project)
         return [path] if path.is_file() else []
 
@@ -223,7 +224,14 @@ class MingPack(VisionPack):
         ids, mask = student.batch([student.tokenize(text)])
         return student.hidden(ids, mask)[0].cpu().numpy()
 
-    def ggk_command(self, project: "Project") -> str:
+    def prompt_inputs(self, adapter: Path, text: str, vis: Any) -> dict[str, Any]:
+        """The Ling ids of the Ming template around the prompt, tokenized with the tokenizer the adapter
+        file carries (as the engine does), and the input image's run from its first <imagePatch> slot."""
+        from trainer_core.packs.ming_image.template import seed_ids_from_file
+        ids, start = seed_ids_from_file(adapter, text, 0 if vis is None else vis.shape[0])
+        return {"--seed-ids": ids, **({"--vis-pos": [(start, vis.shape[0])]} if vis is not None else {})}
+
+    def ggk_command(self, project: "ProjectFolder") -> str:
         """Text-to-image on Ming-Image-0.1-Design; editing adds the vision GGUF and a reference; layers run
         the -Layer DiT with a prompt file that names the layer count."""
         t2i = super().ggk_command(project)
@@ -234,7 +242,7 @@ class MingPack(VisionPack):
                                              "-W 512 -H 512"))
         return "\n".join((t2i, edit, layers))
 
-    def shard_bytes(self, project: "Project", dims: Mapping[str, int], student_dim: int) -> float:
+    def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
         """Per sample: the student's rows, the 256 caption rows, a direct row per Ling slot; an input image
         adds ~600 slots and as many vision rows; averaged over the corpus mix."""
         c = project.settings.corpus
@@ -245,7 +253,7 @@ class MingPack(VisionPack):
         vis = images * _IMAGE_TOKENS * (dims["out_dim"] + dims.get("vis_dim", VIS_DIM)) * 2
         return per + vis / max(samples, 1)
 
-    def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
+    def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny random Ming snapshot (thinker, tower, connector, projections, a small Ling-format
         tokenizer) and generated captioned scenes."""
         from trainer_core.demo.fixtures import write_demo_images

@@ -29,7 +29,7 @@ from trainer_core.base.errors import TrainerError
 from trainer_core.contract.vis_bridge import BridgeConfig, VisBridge
 
 if TYPE_CHECKING:
-    from trainer_core.project import Project
+    from trainer_core.base.folder import ProjectFolder
 
 __all__ = ["FILE", "KEY_FILE", "fit_key", "fitted_bridge", "bridge_stale", "ensure_vis_bridge", "fit_bridge",
            "bridge_pairs"]
@@ -39,11 +39,11 @@ KEY_FILE = "vis_bridge.json"          # the key of vis_bridge.pt, cheap to compa
 Pair = tuple[torch.Tensor, torch.Tensor, int, int]          # stock rows, Ling rows, grid_h, grid_w
 
 
-def _mmproj(project: "Project") -> Path | None:
+def _mmproj(project: "ProjectFolder") -> Path | None:
     return project.pack.resolve_material(project, "stock_mmproj")
 
 
-def fit_key(project: "Project", mmproj: Path) -> dict[str, Any]:
+def fit_key(project: "ProjectFolder", mmproj: Path) -> dict[str, Any]:
     from trainer_core.contract.shards import valid_shards
     e, stat = project.settings.export, mmproj.stat()
     return {"mmproj": str(mmproj.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
@@ -52,7 +52,7 @@ def fit_key(project: "Project", mmproj: Path) -> dict[str, Any]:
             "shards": [[p.name, p.stat().st_size] for p in valid_shards(project, "train")]}
 
 
-def bridge_stale(project: "Project") -> bool:
+def bridge_stale(project: "ProjectFolder") -> bool:
     """Whether the export has a bridge to (re)fit or to write: one is wanted, and vis_bridge.json does not
     hold this key or the adapter GGUF is older than the fit. Reads no tensor."""
     from trainer_core.base.atomic import read_json
@@ -66,7 +66,7 @@ def bridge_stale(project: "Project") -> bool:
     return not fit.is_file() or not gguf.is_file() or gguf.stat().st_mtime_ns < fit.stat().st_mtime_ns
 
 
-def fitted_bridge(project: "Project") -> tuple[VisBridge, dict[str, Any]] | None:
+def fitted_bridge(project: "ProjectFolder") -> tuple[VisBridge, dict[str, Any]] | None:
     """The fitted bridge when export.vis_bridge is on, a stock mmproj is picked and vis_bridge.pt was fitted
     from exactly these inputs; else None."""
     mmproj = _mmproj(project)
@@ -84,7 +84,7 @@ def fitted_bridge(project: "Project") -> tuple[VisBridge, dict[str, Any]] | None
     return model.eval(), saved
 
 
-def bridge_pairs(project: "Project", stock: Any, limit: int, should_stop: Callable[[], bool] = lambda: False,
+def bridge_pairs(project: "ProjectFolder", stock: Any, limit: int, should_stop: Callable[[], bool] = lambda: False,
                  progress: Callable[[int, int], None] = lambda done, total: None) -> list[Pair] | None:
     """(stock rows, Ling rows, grid) of up to `limit` input images of the train shards; None when stopped."""
     from trainer_core.contract.shards import Shard, valid_shards
@@ -162,7 +162,7 @@ def fit_bridge(pairs: list[Pair], config: BridgeConfig, steps: int, seed: int, d
     return model, _cos(model, val or train, device), len(val)
 
 
-def ensure_vis_bridge(project: "Project", report: Any, should_stop: Callable[[], bool]) -> bool:
+def ensure_vis_bridge(project: "ProjectFolder", report: Any, should_stop: Callable[[], bool]) -> bool:
     """Fit vis_bridge.pt when it is wanted and stale (see the module docstring); False when stopped."""
     from trainer_core.contract.devices import pick_device
     from trainer_core.packs.ming_image.stock_vision import StockVision

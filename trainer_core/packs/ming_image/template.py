@@ -48,6 +48,7 @@ from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.qwen3vl.vision_data import CLIP_MEAN, CLIP_STD, load_rgb
 
 __all__ = [
+    "seed_ids_from_file",
     "SYSTEM_PREFIX", "SUFFIX", "IMAGE_PATCH", "IMAGE_START", "IMAGE_END", "PAD_TOKEN",
     "NUM_QUERIES", "TEMPLATE_CHECKS", "FACTOR", "LOADER_MIN_PIXELS", "LOADER_MAX_PIXELS", "VISION_PIXELS",
     "PATCH", "MERGE", "TEMPORAL", "DEFAULT_LAYERS", "encoder", "pad_id", "build_prompt_ids", "prompt_string",
@@ -294,3 +295,24 @@ def layer_prompt(text: str, n: int, style: str = "decompose") -> str:
         raise ValueError(f"the engine would read {layer_count(prompt)} layers from this prompt, not {n}: the text "
                          f"already names a layer count")
     return prompt
+
+
+def seed_ids_from_file(path: str | os.PathLike, prompt: str, n_image: int = 0) -> tuple[list[int], int]:
+    """(the Ling ids of the Ming template around `prompt`, the first <imagePatch> slot or −1), tokenized
+    with the tokenizer an adapter file carries (its `tokenizer_json` tensor), as the engine does."""
+    import gguf
+    from tokenizers import Tokenizer
+
+    from trainer_core.contract.adapter_layout import TOKENIZER_JSON
+    reader = gguf.GGUFReader(str(path))
+    found = [t for t in reader.tensors if t.name == TOKENIZER_JSON]
+    if not found:
+        raise ModelFileError(f"{path} carries no {TOKENIZER_JSON}, so the Ming template cannot be tokenized from "
+                             "it; pass the ids with --seed-ids or export the adapter again.")
+    data = np.asarray(found[0].data, np.float32).astype(np.uint8).tobytes()
+    try:
+        tokenizer = Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:  # noqa: BLE001 - bad UTF-8, or the tokenizers library's own error type
+        raise ModelFileError(f"the {TOKENIZER_JSON} tensor of {path} is not a tokenizer.json ({e}); export the "
+                             "adapter again.") from None
+    return build_prompt_ids(encoder(tokenizer), prompt, n_image)

@@ -23,8 +23,8 @@ from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material
 from trainer_core.packs.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
 
 if TYPE_CHECKING:
-    from trainer_core.contract.adapter import AdapterConfig
-    from trainer_core.project import Project
+    from trainer_core.contract.kinds import AdapterConfig
+    from trainer_core.base.folder import ProjectFolder
 
 __all__ = ["PACK", "BridgePack", "TEACHER", "KLEIN_ENCODER"]
 
@@ -58,20 +58,20 @@ class BridgePack(VisionPack):
         """The raw prompt, one chunk, no attention parse (the engine's bridge path)."""
         return [text]
 
-    def shard_contract_of(self, project: "Project") -> str:
+    def shard_contract_of(self, project: "ProjectFolder") -> str:
         t = project.settings.train
         return f"{self.shard_contract}+prompt slots{t.max_slots} bank{t.bank_slots if t.klein_head else 0}"
 
-    def teacher_material_ids(self, project: "Project") -> tuple[str, ...]:
+    def teacher_material_ids(self, project: "ProjectFolder") -> tuple[str, ...]:
         return ("teacher", "klein_encoder") if project.settings.train.klein_head else ("teacher",)
 
-    def project_materials(self, project: "Project") -> tuple[Material, ...]:
+    def project_materials(self, project: "ProjectFolder") -> tuple[Material, ...]:
         """The Klein encoder only while the Klein head is on."""
         found = super().project_materials(project)
         return found if project.settings.train.klein_head else tuple(m for m in found if m.id != "klein_encoder")
 
     # ------------------------------------------------------------ teacher
-    def _config(self, project: "Project", material: str) -> dict[str, Any] | None:
+    def _config(self, project: "ProjectFolder", material: str) -> dict[str, Any] | None:
         from trainer_core.contract.shards import mock_enabled
         path = self.resolve_material(project, material) / "config.json"
         if not path.is_file() and mock_enabled(project):
@@ -83,7 +83,7 @@ class BridgePack(VisionPack):
             raise ModelFileError(f"The config {path} cannot be read ({e}); download {self.material(material).repo} "
                                  "again.") from None
 
-    def teacher_dims(self, project: "Project") -> dict[str, int]:
+    def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """Qwen3.5's text width (out_dim), vision output (vis_dim) and vocabulary (seed_vocab); the Klein
         encoder's 8 taps × width (bank_dim) when the head is on. Reference shapes when mocked with no file."""
         from trainer_core.packs.qwen3vl_flux3.template import taps_for
@@ -104,19 +104,19 @@ class BridgePack(VisionPack):
                                  "again.") from None
         return dims
 
-    def build_teacher(self, project: "Project", device: Any) -> Any:
+    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
         from trainer_core.packs.qwen35_bridge.teacher import Qwen35Teacher
         p = project.settings.precompute
         return Qwen35Teacher(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
                              gpu_mem_gib=p.gpu_mem_gib)
 
-    def build_mock_teacher(self, project: "Project") -> Any:
+    def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.qwen35_bridge.teacher import MockQwen35Teacher
         dims = self.teacher_dims(project)
         tokenizer = self.resolve_material(project, "teacher") / "tokenizer.json"
         return MockQwen35Teacher(dims["out_dim"], dims["vis_dim"], tokenizer if tokenizer.is_file() else None)
 
-    def _klein_teacher(self, project: "Project", teacher: Any) -> Any:
+    def _klein_teacher(self, project: "ProjectFolder", teacher: Any) -> Any:
         from trainer_core.contract.shards import mock_enabled
         from trainer_core.packs.qwen3vl_flux3.template import taps_for
         if mock_enabled(project):
@@ -130,7 +130,7 @@ class BridgePack(VisionPack):
         return KleinTeacher(self.require_material(project, "klein_encoder"), device=getattr(teacher, "device", "cpu"),
                             mode=p.teacher_mode, gpu_mem_gib=p.gpu_mem_gib)
 
-    def budgets(self, project: "Project", device: Any) -> Budgets:
+    def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
         from trainer_core.packs.qwen3vl.teacher import auto_budgets
         p, auto = project.settings.precompute, auto_budgets(device, self.budget_scale)
         big = getattr(device, "type", "cpu") == "cuda" and auto["teacher_batch"] >= 256
@@ -139,7 +139,7 @@ class BridgePack(VisionPack):
                        p.vis_tok_budget or (4096 if big else 1024))
 
     # ------------------------------------------------------------ precompute
-    def prepare(self, project: "Project", student: Any, teacher: Any, report: Any) -> Any:
+    def prepare(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> Any:
         """Check the teacher's MOSS template (and the Klein template on both tokenizers), fit or reuse the
         seed table, load the Klein teacher when the head is on."""
         from trainer_core.packs.qwen35_bridge.shards import BridgeSession
@@ -160,7 +160,7 @@ class BridgePack(VisionPack):
         return BridgeSession(encode, c.ref_areas, c.two_image_max_area, t.max_slots,
                              t.bank_slots if t.klein_head else 0, klein, log)
 
-    def _seed_table(self, project: "Project", teacher: Any, report: Any) -> None:
+    def _seed_table(self, project: "ProjectFolder", teacher: Any, report: Any) -> None:
         from trainer_core.packs.qwen35_bridge.seed_table import ensure_seed_table
         ensure_seed_table(project.root / "seed_table.pt", self.teacher_dims(project)["seed_vocab"],
                           project.settings.train.seed_rank, self.id, teacher, report, self.teacher_repo)
@@ -170,7 +170,7 @@ class BridgePack(VisionPack):
         from trainer_core.packs.qwen35_bridge.shards import build_shard
         return build_shard(prompts, student, teacher, budgets, session, self.max_len_student)
 
-    def read_samples(self, project: "Project", path: Any) -> list[dict[str, Any]]:
+    def read_samples(self, project: "ProjectFolder", path: Any) -> list[dict[str, Any]]:
         """The image-corpus records, with their `klein` flag."""
         samples = super().read_samples(project, path)
         for sample, line in zip(samples, path.read_text(encoding="utf-8").splitlines()):
@@ -178,15 +178,16 @@ class BridgePack(VisionPack):
         return samples
 
     # ------------------------------------------------------------ train / export
-    def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
-        from trainer_core.contract.adapter import AdapterConfig
-        dims, t = self.teacher_dims(project), project.settings.train
+    def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
+                       ) -> "AdapterConfig":
+        from trainer_core.contract.kinds import AdapterConfig
+        dims, t = dims or self.teacher_dims(project), project.settings.train
         return AdapterConfig("qwen35_bridge", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width, depth=t.depth,
                              seed_vocab=dims["seed_vocab"], seed_rank=t.seed_rank, vis_dim=dims["vis_dim"],
                              max_slots=t.max_slots, n_bank=t.bank_slots if t.klein_head else 0,
                              bank_dim=dims["bank_dim"] if t.klein_head else 0, bank_align=True)
 
-    def load_frozen(self, project: "Project", model: Any) -> None:
+    def load_frozen(self, project: "ProjectFolder", model: Any) -> None:
         """The seed table precompute fitted, into the frozen seed_embed."""
         from trainer_core.packs.qwen35_bridge.seed_table import load_seed_into
         load_seed_into(project.root / "seed_table.pt", model, self.id)
@@ -203,7 +204,7 @@ class BridgePack(VisionPack):
                                                           f"prompt as typed (token-aligned), {config.bank_dim})"
                                                           if bank else "")}
 
-    def export_arrays(self, project: "Project") -> dict[str, list[str]]:
+    def export_arrays(self, project: "ProjectFolder") -> dict[str, list[str]]:
         """The Qwen3.5 vocabulary and merges the engine tokenizes the MOSS template with."""
         from trainer_core.packs.qwen35_bridge.teacher import tokenizer_arrays
         path = self.resolve_material(project, "teacher") / "tokenizer.json"
@@ -218,7 +219,7 @@ class BridgePack(VisionPack):
         ids, mask = student.batch([student.tokenize(text)])
         return student.hidden(ids, mask)[0].cpu().numpy()
 
-    def ggk_command(self, project: "Project") -> str:
+    def ggk_command(self, project: "ProjectFolder") -> str:
         """The MOSS-Image line; with the Klein head also FLUX.3 Klein's, as ggk's prompt-upsampler front end
         hands it to the engine (the adapter in place of the Qwen3-VL-4B encoder, 4 steps, cfg 1)."""
         moss = super().ggk_command(project)
@@ -229,7 +230,7 @@ class BridgePack(VisionPack):
                  .replace("--sampling-method", "--cfg-scale 1 --steps 4 --sampling-method"))
         return moss + "\n" + klein
 
-    def shard_bytes(self, project: "Project", dims: Mapping[str, int], student_dim: int) -> float:
+    def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
         """Per sample: the student's rows, a slot row per template token, the raw vision rows of its
         references (their slots' targets too), and a Klein sample's bank rows, over the corpus mix."""
         c, t = project.settings.corpus, project.settings.train
@@ -240,7 +241,7 @@ class BridgePack(VisionPack):
         klein = (c.n_klein + c.n_val_klein) * _KLEIN_ROWS * dims.get("bank_dim", BANK_DIM) * 2 if t.klein_head else 0
         return per + (vis + klein) / max(samples, 1)
 
-    def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
+    def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny random Qwen3.5 (with a small Qwen3.5-format tokenizer), a tiny Qwen3-VL for the Klein head,
         and generated captioned scenes."""
         from trainer_core.demo.fixtures import write_demo_images

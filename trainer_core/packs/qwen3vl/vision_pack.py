@@ -20,8 +20,8 @@ from trainer_core.base.errors import ModelFileError, TrainerError
 from trainer_core.packs.base import Budgets, Material, TrainerPack
 
 if TYPE_CHECKING:
-    from trainer_core.contract.adapter import AdapterConfig
-    from trainer_core.project import Project
+    from trainer_core.contract.kinds import AdapterConfig
+    from trainer_core.base.folder import ProjectFolder
 
 __all__ = ["VisionPack", "VisionSession", "map_rows", "PROBES", "qwen3vl_teacher", "IMAGE_DEMO_SETTINGS", "DEMO_IMAGES"]
 
@@ -104,7 +104,7 @@ class VisionPack(TrainerPack):
         return images
 
     # ------------------------------------------------------------ teacher
-    def _teacher_config(self, project: "Project") -> dict[str, Any] | None:
+    def _teacher_config(self, project: "ProjectFolder") -> dict[str, Any] | None:
         from trainer_core.contract.shards import mock_enabled
         path = self.resolve_material(project, "teacher") / "config.json"
         if not path.is_file() and mock_enabled(project):
@@ -116,7 +116,7 @@ class VisionPack(TrainerPack):
             raise ModelFileError(f"The teacher config {path} cannot be read ({e}); "
                                  "download the teacher again.") from None
 
-    def teacher_dims(self, project: "Project") -> dict[str, int]:
+    def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """text_config.hidden_size and vision_config.out_hidden_size of the teacher's config.json (the
         reference shapes when the teacher is mocked and not downloaded)."""
         config = self._teacher_config(project)
@@ -130,19 +130,19 @@ class VisionPack(TrainerPack):
                                  "Qwen3-VL config (text_config.hidden_size, vision_config.out_hidden_size); "
                                  f"download {self.teacher_repo} again.") from None
 
-    def build_teacher(self, project: "Project", device: Any) -> Any:
+    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
         from trainer_core.packs.qwen3vl.teacher import Qwen3VLFullTeacher, Qwen3VLTeacher
         p = project.settings.precompute
         kind = Qwen3VLFullTeacher if self.tap == "pre_norm_last_layer" else Qwen3VLTeacher
         return kind(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
                     gpu_mem_gib=p.gpu_mem_gib)
 
-    def build_mock_teacher(self, project: "Project") -> Any:
+    def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.qwen3vl.teacher import MockVisionTeacher
         dims = self.teacher_dims(project)
         return MockVisionTeacher(dims["out_dim"], dims["vis_dim"])
 
-    def budgets(self, project: "Project", device: Any) -> Budgets:
+    def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
         from trainer_core.packs.qwen3vl.teacher import auto_budgets
         p, auto = project.settings.precompute, auto_budgets(device, self.budget_scale)
         return Budgets(p.teacher_batch or auto["teacher_batch"], p.tok_budget or auto["tok_budget"],
@@ -150,7 +150,7 @@ class VisionPack(TrainerPack):
                        p.vis_tok_budget or auto["vis_tok_budget"])
 
     # ------------------------------------------------------------ precompute
-    def read_samples(self, project: "Project", path: Path) -> list[dict[str, Any]]:
+    def read_samples(self, project: "ProjectFolder", path: Path) -> list[dict[str, Any]]:
         """{"text", "images": [paths], "rel": [as written]} per line of a corpus .jsonl (image paths are
         relative to data/)."""
         samples = []
@@ -166,7 +166,7 @@ class VisionPack(TrainerPack):
             samples.append({"text": text, "images": [project.data_dir / r for r in rel], "rel": rel})
         return samples
 
-    def prepare(self, project: "Project", student: Any, teacher: Any, report: Any) -> VisionSession:
+    def prepare(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> VisionSession:
         """Check both tokenizers against the engine's templates and each other, then fit (or reuse)
         vision_proj."""
         data = self._data()
@@ -186,7 +186,7 @@ class VisionPack(TrainerPack):
         c = project.settings.corpus
         return VisionSession(self._vision_proj(project, student, teacher, report), c.ref_areas, c.two_image_max_area)
 
-    def _vision_proj(self, project: "Project", student: Any, teacher: Any, report: Any) -> Any:
+    def _vision_proj(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> Any:
         import time
 
         import torch
@@ -290,13 +290,14 @@ class VisionPack(TrainerPack):
                          "meta": {"images": [s["rel"] for s in prompts], "tap": self.tap, "supervise": self.supervise,
                                   "vision_contract": self.contract}}
 
-    def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
-        from trainer_core.contract.adapter import AdapterConfig
-        dims, t = self.teacher_dims(project), project.settings.train
+    def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
+                       ) -> "AdapterConfig":
+        from trainer_core.contract.kinds import AdapterConfig
+        dims, t = dims or self.teacher_dims(project), project.settings.train
         return AdapterConfig("token_aligned_vision", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
                              depth=t.depth, vis_dim=dims["vis_dim"])
 
-    def load_frozen(self, project: "Project", model: Any) -> None:
+    def load_frozen(self, project: "ProjectFolder", model: Any) -> None:
         """vision_proj as precompute fitted it: frozen, the engine applies it and we never train it."""
         import torch
 
@@ -311,7 +312,7 @@ class VisionPack(TrainerPack):
         with torch.no_grad():
             model.vision_proj.weight.copy_(saved["weight"])
 
-    def shard_bytes(self, project: "Project", dims: Mapping[str, int], student_dim: int) -> float:
+    def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
         """A student and a teacher row per token of the template, text and suffix, plus the raw
         vision rows of each reference image, averaged over the corpus mix."""
         from trainer_core.packs.qwen3vl.vision_data import EDIT_START, HEADER_TOKENS, SUFFIX_IDS, T2I_START
@@ -324,7 +325,7 @@ class VisionPack(TrainerPack):
         return ((c.n_text + c.n_val_text) * t2i_rows * row + edits * edit_rows * row
                 + images * _IMAGE_TOKENS * (row + dims["vis_dim"] * 2)) / max(samples, 1)
 
-    def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
+    def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny random Qwen3-VL teacher and generated captioned scenes under materials/demo_images."""
         from trainer_core.demo.fixtures import write_demo_images
         from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl

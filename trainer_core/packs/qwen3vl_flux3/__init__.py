@@ -23,8 +23,8 @@ from trainer_core.packs.qwen3vl_flux3.template import (PAD_ID, PAD_MULTIPLE, PAD
                                                        padded_length, taps_for)
 
 if TYPE_CHECKING:
-    from trainer_core.contract.adapter import AdapterConfig
-    from trainer_core.project import Project
+    from trainer_core.contract.kinds import AdapterConfig
+    from trainer_core.base.folder import ProjectFolder
 
 __all__ = ["PACK", "Flux3Pack", "TEACHER"]
 
@@ -65,7 +65,7 @@ class Flux3Pack(TrainerPack):
         return student.hidden(batch, mask, positions)[0].cpu().numpy()
 
     # ------------------------------------------------------------ teacher
-    def _teacher_text_config(self, project: "Project") -> dict[str, Any] | None:
+    def _teacher_text_config(self, project: "ProjectFolder") -> dict[str, Any] | None:
         from trainer_core.contract.shards import mock_enabled
         path = self.resolve_material(project, "teacher") / "config.json"
         if not path.is_file() and mock_enabled(project):
@@ -77,7 +77,7 @@ class Flux3Pack(TrainerPack):
             raise ModelFileError(f"The teacher config {path} cannot be read as a Qwen3-VL config ({e}); "
                                  f"download {self.teacher_repo} again.") from None
 
-    def teacher_dims(self, project: "Project") -> dict[str, int]:
+    def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """out_dim = 8 taps × the text stack's width, from the teacher's config.json (the reference shapes
         when the teacher is mocked and not downloaded)."""
         config = self._teacher_text_config(project)
@@ -91,25 +91,25 @@ class Flux3Pack(TrainerPack):
                                  "again.") from None
         return {"out_dim": layer_dim * len(taps_for(n_layers)), "layer_dim": layer_dim, "n_layers": n_layers}
 
-    def build_teacher(self, project: "Project", device: Any) -> Any:
+    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
         from trainer_core.packs.qwen3vl_flux3.teacher import KleinTeacher
         p = project.settings.precompute
         return KleinTeacher(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
                             gpu_mem_gib=p.gpu_mem_gib)
 
-    def build_mock_teacher(self, project: "Project") -> Any:
+    def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.qwen3vl_flux3.teacher import MockKleinTeacher
         dims = self.teacher_dims(project)
         return MockKleinTeacher(dims["out_dim"], taps_for(dims["n_layers"]))
 
-    def budgets(self, project: "Project", device: Any) -> Budgets:
+    def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
         from trainer_core.packs.qwen3vl.teacher import auto_budgets
         p, auto = project.settings.precompute, auto_budgets(device, self.budget_scale)
         return Budgets(p.teacher_batch or auto["teacher_batch"], p.tok_budget or auto["tok_budget"],
                        p.student_batch or auto["student_batch"], p.student_tok_budget or auto["student_tok_budget"])
 
     # ------------------------------------------------------------ precompute
-    def prepare(self, project: "Project", student: Any, teacher: Any, report: Any) -> None:
+    def prepare(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> None:
         """Both tokenizers give the engine's template ids, and the teacher's own encoding of the whole
         template string equals the student's piecewise one on the probes."""
         check_templates(student.tokenize, "student")
@@ -164,9 +164,10 @@ class Flux3Pack(TrainerPack):
                                   "pad_position": PAD_POSITION, "pad_multiple": PAD_MULTIPLE}}
 
     # ------------------------------------------------------------ train / export
-    def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
-        from trainer_core.contract.adapter import AdapterConfig
-        dims, t = self.teacher_dims(project), project.settings.train
+    def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
+                       ) -> "AdapterConfig":
+        from trainer_core.contract.kinds import AdapterConfig
+        dims, t = dims or self.teacher_dims(project), project.settings.train
         return AdapterConfig("token_aligned_layerwise", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
                              depth=t.depth, taps=taps_for(dims["n_layers"]))
 
@@ -176,12 +177,12 @@ class Flux3Pack(TrainerPack):
                 "adapter.target": (f"flux3 klein text conditioning (Qwen3-VL-4B-Instruct layers "
                                    f"{config.taps[0]}..{config.taps[-1]}, {config.out_dim} per template token)")}
 
-    def shard_bytes(self, project: "Project", dims: Mapping[str, int], student_dim: int) -> float:
+    def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
         """A student and a teacher row per template token plus the one pad row."""
         rows = len(PREFIX_IDS) + _BODY_TOKENS + len(SUFFIX_IDS) + 1
         return rows * (student_dim + dims["out_dim"]) * 2
 
-    def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
+    def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny random Qwen3-VL teacher (9 text layers: taps 1 … 8) with the real Qwen tokenizer."""
         from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl
         write_tiny_qwen3vl(self.resolve_material(project, "teacher"), layers=9)

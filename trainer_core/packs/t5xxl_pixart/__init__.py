@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material, TrainerPack
 
 if TYPE_CHECKING:
-    from trainer_core.contract.adapter import AdapterConfig
-    from trainer_core.project import Project
+    from trainer_core.contract.kinds import AdapterConfig
+    from trainer_core.base.folder import ProjectFolder
 
 # the reference shapes (T5-XXL v1.1); the stages read the real ones from the teacher's config
 T5_WIDTH, T5_VOCAB = 4096, 32128
@@ -32,7 +32,7 @@ TEACHER = Material(
 @dataclass(frozen=True)
 class PixArtPack(TrainerPack):
 
-    def teacher_dims(self, project: "Project") -> dict[str, int]:
+    def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """d_model and vocab_size of the teacher's config.json (the reference shape when the
         teacher is mocked and not downloaded)."""
         from trainer_core.contract.shards import mock_enabled
@@ -43,18 +43,18 @@ class PixArtPack(TrainerPack):
         return {"out_dim": int(config["d_model"]), "seed_vocab": int(config["vocab_size"]),
                 "num_queries": T5_WINDOW}
 
-    def build_teacher(self, project: "Project", device: Any) -> Any:
+    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
         from trainer_core.packs.t5xxl_pixart.teacher import T5Teacher
         p = project.settings.precompute
         return T5Teacher(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
                          gpu_mem_gib=p.gpu_mem_gib)
 
-    def build_mock_teacher(self, project: "Project") -> Any:
+    def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.t5xxl_pixart.teacher import MockT5Teacher
         dims = self.teacher_dims(project)
         return MockT5Teacher(dims["out_dim"], dims["seed_vocab"])
 
-    def budgets(self, project: "Project", device: Any) -> Budgets:
+    def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
         from trainer_core.packs.t5xxl_pixart.teacher import auto_budgets
         p, auto = project.settings.precompute, auto_budgets(device)
         student_batch = p.student_batch or auto["student_batch"]
@@ -101,9 +101,10 @@ class PixArtPack(TrainerPack):
         return tensors, {"prompts": prompts, "num_queries": int(windows.shape[1]),
                          "truncated_student": truncated}
 
-    def adapter_config(self, project: "Project", in_dim: int) -> "AdapterConfig":
-        from trainer_core.contract.adapter import AdapterConfig
-        dims, t = self.teacher_dims(project), project.settings.train
+    def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
+                       ) -> "AdapterConfig":
+        from trainer_core.contract.kinds import AdapterConfig
+        dims, t = dims or self.teacher_dims(project), project.settings.train
         return AdapterConfig("seeded_resampler", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
                              depth=t.depth, num_queries=dims["num_queries"], seed_vocab=dims["seed_vocab"])
 
@@ -111,7 +112,7 @@ class PixArtPack(TrainerPack):
         """adapter.t5_vocab is the trained seed table's size, not the reference one."""
         return {**self.export_kvs, "adapter.t5_vocab": config.seed_vocab}
 
-    def build_demo_materials(self, project: "Project", prompts: list[str]) -> None:
+    def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny real T5 encoder, its sentencepiece model trained on the demo prompts."""
         from trainer_core.packs.t5xxl_pixart.tiny import write_tiny_t5
         write_tiny_t5(self.resolve_material(project, "teacher"), prompts)
@@ -147,7 +148,7 @@ PACK = PixArtPack(
         "adapter.teacher": "callgg/t5-v1_1-xxl-encoder-bf16",
     },
     max_len_student=256,
-    reference_dims={"out_dim": T5_WIDTH, "num_queries": T5_WINDOW},   # an upper bound: ~40 slots are real
+    reference_dims={"out_dim": T5_WIDTH, "num_queries": T5_WINDOW, "seed_vocab": T5_VOCAB},  # ~40 slots are real
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos", "cos_rms", "rel_mse", "worst_row_cos", "cos_eos", "roundtrip_cos",
                   "trained_steps", "val_batches"),
