@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainer_core.packs.t5xxl_pixart.tiny import write_tiny_t5  # noqa: E402
+from trainer_core.packs.common.t5.tiny import write_tiny_t5  # noqa: E402
 
 ENGINE = "ggk 0.9.7"
 WINDOW = 120
@@ -167,7 +167,7 @@ def main() -> None:
         "generated_by": "python bench/engine_t5_fixture.py",
         "tokenizer_pack": "DIR/t5/tokenizer.json = Hugging Face's T5 conversion of the tiny spiece.model "
                           "(pieces, then <extra_id_99..0> at 0.0), Metaspace ▁ with add_prefix_space",
-        "tiny_t5": "trainer_core.packs.t5xxl_pixart.tiny.write_tiny_t5(folder, tiny_t5_texts)",
+        "tiny_t5": "trainer_core.packs.common.t5.tiny.write_tiny_t5(folder, tiny_t5_texts)",
         "spiece_sha256": spiece_sha,
         "vocab_sha256": vocab_hash(vocab, unk_id),
         "vocab_size": len(vocab),

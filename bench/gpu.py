@@ -305,7 +305,7 @@ def bench_precompute(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     from trainer_core.stages import corpus as corpus_stage
     from trainer_core.stages import precompute as precompute_stage
     from trainer_core.demo.fixtures import tiny_qwen3_config, write_student_config, write_student_gguf
-    from trainer_core.packs.t5xxl_pixart.tiny import write_tiny_t5
+    from trainer_core.packs.common.t5.tiny import write_tiny_t5
 
     started = time.perf_counter()
     project = build_demo(root / "precompute", "t5xxl_pixart")
@@ -386,7 +386,7 @@ def real_teacher_params(pack: str) -> int:
             from trainer_core.packs.llada_image.teacher import QueryFormer, TextProjection
             from trainer_core.packs.llada_image.tiny_model.configuration_tiny_llada import TinyLLaDAConfig
             from trainer_core.packs.llada_image.tiny_model.modeling_tiny_llada import TinyLLaDAForEncoding
-            from trainer_core.packs.rope_guard import default_rope
+            from trainer_core.packs.common.rope_guard import default_rope
             c = LLADA2
             config = TinyLLaDAConfig(vocab_size=c["vocab_size"], hidden_size=c["hidden"],
                                      intermediate_size=c["intermediate"], num_hidden_layers=c["layers"],
@@ -413,8 +413,8 @@ def write_real_teacher(pack: str, folder: Path, smoke: bool, texts: list[str]) -
     """The pack's teacher snapshot at its published widths (all its layers, or one per stack in a smoke
     run: LLaDA keeps its dense layer and one MoE layer), bf16 on disk; returns a one-line description."""
     from trainer_core.packs.llada_image.tiny import write_tiny_llada
-    from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl
-    from trainer_core.packs.t5xxl_pixart.tiny import write_tiny_t5
+    from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
+    from trainer_core.packs.common.t5.tiny import write_tiny_t5
     if pack == "t5xxl_pixart":
         layers = 1 if smoke else T5_XXL["num_layers"]
         write_tiny_t5(folder, texts, d_model=T5_XXL["d_model"], layers=layers, heads=T5_XXL["num_heads"],

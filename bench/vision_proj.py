@@ -43,7 +43,7 @@ def child(args: argparse.Namespace) -> None:
     import torch
     from safetensors.torch import save_file
 
-    from trainer_core.packs.qwen3vl.vision_proj import fit_vision_proj, safetensors_rows, tensor_rows
+    from trainer_core.packs.common.qwen3vl.vision_proj import fit_vision_proj, safetensors_rows, tensor_rows
     g = torch.Generator().manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         teacher = torch.randn(args.vocab, args.vis, generator=g, dtype=torch.float32).bfloat16()

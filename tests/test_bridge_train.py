@@ -10,7 +10,7 @@ from trainer_core.contract.kinds import AdapterConfig, build_adapter
 from trainer_core.contract.bridge import bank_length, bridge_forward, bridge_loss
 from trainer_core.contract.shards import write_shard
 from trainer_core.contract.stream import ShardRows, val_batches
-from trainer_core.packs.qwen35_bridge.seed_table import fit_seed_table, load_seed_table, save_seed_table
+from trainer_core.packs.common.seed_table import fit_seed_table, load_seed_table, save_seed_table
 
 IN, OUT, VIS, BANK, NB, VOCAB = 24, 20, 12, 16, 80, 50
 

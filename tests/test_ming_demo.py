@@ -67,7 +67,7 @@ def test_the_export_carries_the_ling_tokenizer_and_passes_inspect(demo):
 
 
 def test_the_vision_gguf_reads_back(demo):
-    from trainer_core.packs.ming_image.vision_export import check_vision_gguf
+    from trainer_core.packs.ming_image.export import check_vision_gguf
     path = PACK.vision_path(demo)
     assert path.name == "pig_ming_vision-f16.gguf" and path.parent == demo.gguf_path().parent
     check_vision_gguf(path, vis_dim=64)                    # the engine's requirements, at the adapter's vis_dim

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 from trainer_core.project import Project
-from trainer_core.packs.llada_image.sigvq import export_sigvq, sigvq_path
+from trainer_core.packs.llada_image.export import export_sigvq, sigvq_path
 
 
 def _source(project: Project) -> dict[str, torch.Tensor]:

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 
 from trainer_core.base.errors import ModelFileError
 from trainer_core.demo.fixtures import write_qwen_tokenizer
-from trainer_core.packs.qwen3vl.vision_data import (CLIP_MEAN, CLIP_STD, IMAGE_PAD, SUFFIX_IDS, VISION_END,
+from trainer_core.packs.common.qwen3vl.vision_data import (CLIP_MEAN, CLIP_STD, IMAGE_PAD, SUFFIX_IDS, VISION_END,
                                                     VISION_START, build_sample, check_templates, clip_preprocess,
                                                     image_tokens, patchify, preprocess, sample_string, target_size)
 
@@ -30,7 +30,7 @@ def encode(tokenizer, text):
 # ---------------------------------------------------------------- templates
 
 def test_the_template_token_counts_are_the_engines(tokenizer):
-    from trainer_core.packs.qwen3vl.vision_data import EDIT_PREFIX, SUFFIX, T2I_PREFIX, header
+    from trainer_core.packs.common.qwen3vl.vision_data import EDIT_PREFIX, SUFFIX, T2I_PREFIX, header
     assert len(encode(tokenizer, EDIT_PREFIX)) == 64 and len(encode(tokenizer, T2I_PREFIX)) == 34
     assert [len(encode(tokenizer, header(i))) for i in range(3)] == [6, 6, 6]
     assert encode(tokenizer, SUFFIX) == list(SUFFIX_IDS) == [151645, 198, 151644, 77091, 198]

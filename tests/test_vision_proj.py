@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.packs.qwen3vl.vision_proj import (RowSource, fit_vision_proj, load_vision_proj, safetensors_rows,
+from trainer_core.packs.common.qwen3vl.vision_proj import (RowSource, fit_vision_proj, load_vision_proj, safetensors_rows,
                                       save_vision_proj, tensor_rows)
 
 V, VIS, IN = 20000, 64, 32
@@ -94,7 +94,7 @@ def test_a_saved_fit_is_reused_only_with_its_shape(tmp_path, planted):
 
 @pytest.mark.parametrize("rows_per_call", [1, 6, 8, 10_000])
 def test_mapping_the_images_in_batched_matmuls_gives_each_image_its_own_rows(rows_per_call):
-    from trainer_core.packs.qwen3vl.vision_pack import map_rows
+    from trainer_core.packs.common.qwen3vl.vision_pack import map_rows
     g = torch.Generator().manual_seed(3)
     weight = torch.randn(8, 16, generator=g)                                    # vision_proj [in, vis]
     blocks = [torch.randn(n, 16, generator=g).to(torch.bfloat16) for n in (3, 5, 1, 7, 2)]

@@ -17,7 +17,7 @@ import torch
 
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.engine_t5 import EOS_ID, PAD_ID, EngineT5
-from trainer_core.packs.t5xxl_pixart.tiny import write_tiny_t5
+from trainer_core.packs.common.t5.tiny import write_tiny_t5
 
 FIXTURE = json.loads((Path(__file__).resolve().parent.parent / "data" / "engine_t5_windows.json")
                      .read_text(encoding="utf-8"))

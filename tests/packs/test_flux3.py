@@ -70,7 +70,7 @@ def student(student_dir):
 
 @pytest.fixture(scope="module")
 def qwen3vl(tmp_path_factory):
-    from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl
+    from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
     return write_tiny_qwen3vl(tmp_path_factory.mktemp("qwen3vl"), layers=9)
 
 

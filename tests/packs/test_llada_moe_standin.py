@@ -85,7 +85,7 @@ def test_the_teacher_runs_the_moe_snapshot_and_a_padded_batch_equals_single_prom
 def test_grouped_query_attention_equals_attention_with_repeated_kv_heads():
     from trainer_core.packs.llada_image.tiny_model.modeling_tiny_llada import (TinyLLaDAAttention,
                                                                              TinyLLaDARotaryEmbedding)
-    from trainer_core.packs.rope_guard import default_rope
+    from trainer_core.packs.common.rope_guard import default_rope
     config = TinyLLaDAConfig(hidden_size=32, num_attention_heads=4, head_dim=8, num_key_value_heads=2)
     torch.manual_seed(5)
     attention = TinyLLaDAAttention(config)

@@ -17,7 +17,7 @@ from trainer_core.packs.llada_image import PACK
 from trainer_core.packs.llada_image.teacher import (WEIGHTS_FILE, LLaDATeacher, MockLLaDATeacher, build_masks,
                                               load_queryformer, load_text_projection, placement_plan, placement_summary,
                                               sequential_device_map, teacher_dims)
-from trainer_core.packs.rope_guard import RopeError, default_rope_init, table_problem
+from trainer_core.packs.common.rope_guard import RopeError, default_rope_init, table_problem
 from trainer_core.packs.llada_image.tiny import write_tiny_llada
 
 NQ, PROJ, HIDDEN = 256, 48, 32
@@ -202,7 +202,7 @@ def test_masks_for_a_batch_without_padding_leave_everything_open_but_text_to_que
 def test_loading_leaves_the_rotary_table_uninitialised_and_the_teacher_repairs_it(snapshot, teacher):
     from transformers import AutoModel
 
-    from trainer_core.packs.rope_guard import default_rope
+    from trainer_core.packs.common.rope_guard import default_rope
     with default_rope():
         plain = AutoModel.from_pretrained(snapshot / "text_encoder", trust_remote_code=True, dtype=torch.float32)
     assert table_problem(plain.model.rotary_emb.inv_freq) is not None, \

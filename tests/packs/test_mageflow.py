@@ -13,13 +13,13 @@ from conftest import cli, trained_demo
 from trainer_core.base.events import ListReport
 from trainer_core.contract.gguf_io import read_gguf_tensors
 from trainer_core.inspect_file import describe_gguf
-from trainer_core.packs.qwen3vl.teacher import (MockVisionTeacher, Qwen3VLTeacher, auto_budgets, image_batches,
+from trainer_core.packs.common.qwen3vl.teacher import (MockVisionTeacher, Qwen3VLTeacher, auto_budgets, image_batches,
                                                 resolve_mode)
 from trainer_core.project import Project
 from trainer_core.contract.shards import Shard, shard_files
 from trainer_core.contract.stream import val_batches
-from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl
-from trainer_core.packs.qwen3vl.vision_data import IMAGE_PAD, build_sample, patchify, preprocess
+from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
+from trainer_core.packs.common.qwen3vl.vision_data import IMAGE_PAD, build_sample, patchify, preprocess
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from trainer_core.base import diskspace
 from trainer_core.base.errors import DiskFullError, FolderError, ModelFileError
 from trainer_core.packs.ming_image.vision import MingVision, vision_tensors
-from trainer_core.packs.ming_image.vision_export import (PATCH_EMBED, check_vision_gguf, export_vision_gguf,
+from trainer_core.packs.ming_image.export import (PATCH_EMBED, check_vision_gguf, export_vision_gguf,
                                                          vision_gguf_name, vision_gguf_problems)
 
 VISION_CONFIG = dict(depth=2, hidden_size=32, num_heads=2, out_hidden_size=48, intermediate_size=64,

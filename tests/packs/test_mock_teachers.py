@@ -5,7 +5,7 @@ import zlib
 
 import torch
 
-from trainer_core.packs.mock_teachers import MockQueryTeacher, MockTokenTeacher, word_ids
+from trainer_core.packs.common.mock_teachers import MockQueryTeacher, MockTokenTeacher, word_ids
 
 
 def test_word_ids_follow_crc32():

@@ -14,15 +14,15 @@ from tokenizers import Tokenizer
 from conftest import trained_demo
 from trainer_core.contract.gguf_io import read_gguf_kvs
 from trainer_core.inspect_file import describe_gguf
-from trainer_core.packs.qwen3vl.teacher import Qwen3VLFullTeacher, VisionOut, mrope_positions
+from trainer_core.packs.common.qwen3vl.teacher import Qwen3VLFullTeacher, VisionOut, mrope_positions
 from trainer_core.project import Project
-from trainer_core.packs.qwen3vl.qwenimage_data import (SYSTEM, build_sample, check_templates, choose_area, preprocess,
+from trainer_core.packs.common.qwen3vl.qwenimage_data import (SYSTEM, build_sample, check_templates, choose_area, preprocess,
                                          target_size)
 from trainer_core.contract.shards import Shard, shard_files
 from trainer_core.contract.stream import val_batches
 from trainer_core.demo.fixtures import write_qwen_tokenizer
-from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl
-from trainer_core.packs.qwen3vl.vision_data import IMAGE_PAD, SUFFIX_IDS, patchify
+from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
+from trainer_core.packs.common.qwen3vl.vision_data import IMAGE_PAD, SUFFIX_IDS, patchify
 
 AREAS = [[147456, 0.35], [262144, 0.35], [589824, 0.20], [1048576, 0.10]]
 

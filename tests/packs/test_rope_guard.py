@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer_core.packs.rope_guard import (RopeError, check_rope_tables, default_rope_init, default_rope,
+from trainer_core.packs.common.rope_guard import (RopeError, check_rope_tables, default_rope_init, default_rope,
                                            repair_rope_tables, rope_modules, table_problem)
 
 CONFIG = SimpleNamespace(hidden_size=64, num_attention_heads=4, head_dim=16, rope_theta=600000.0,

@@ -18,11 +18,11 @@ import torch
 
 from trainer_core.base.errors import ModelFileError, UsageError
 from trainer_core.contract.prompt_attention import parse_prompt_attention
-from trainer_core.packs.t5xxl_pixart.teacher import (
+from trainer_core.packs.common.t5.teacher import (
     T5_EOS, T5_PAD, T5_WINDOW, MockT5Teacher, T5Teacher, auto_budgets, greedy_batches,
     load_t5_tokenizer, resolve_teacher_mode, seed_windows, teacher_weights_gib,
 )
-from trainer_core.packs.t5xxl_pixart.tiny import T5_EXTRA_IDS, write_tiny_t5
+from trainer_core.packs.common.t5.tiny import T5_EXTRA_IDS, write_tiny_t5
 
 WORDS = ("cat dog sheep sunglasses portrait lady castle forest neon city night sunset river mountain "
          "cyberpunk watercolor oil painting glass bridge storm lantern desert robot close-up young "

@@ -46,7 +46,7 @@ def shard_bytes(project: Project, split: str) -> dict[str, bytes]:
 
 
 def test_shard_content_is_the_contract(demo):
-    from trainer_core.packs.t5xxl_pixart.teacher import T5Teacher
+    from trainer_core.packs.common.t5.teacher import T5Teacher
     from trainer_core.contract.student import load_student
     report = ListReport()
     assert precompute.run(demo, report, split="val") == "done"

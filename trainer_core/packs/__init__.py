@@ -1,24 +1,56 @@
-"""The pack registry. Packs are listed here explicitly, in the order the GUI shows them."""
+"""The pack registry, found without a list: every folder here with a `PACK` (a TrainerPack) in its
+`__init__.py`, and every pack another distribution declares in the `gguf_trainer.packs` entry-point
+group (`[project.entry-points."gguf_trainer.packs"] my_pack = "my_package.my_pack"`, the module or
+the TrainerPack itself), so a pack can ship as its own pip package. `common/` holds what several packs
+share and is not a pack. The GUI lists the packs by their `order`; the demos are those with a
+`demo_order`, the first of which `python app.py --demo` and `gguf-trainer demo` build by default.
+"""
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from importlib.metadata import entry_points
+
 from trainer_core.base.errors import UnknownPackError
-from trainer_core.packs import (llada_image, ming_image, qwen35_bridge, qwen3vl_flux3, qwen3vl_mageflow,
-                                qwen3vl_qwenimage, t5xxl_pixart)
 from trainer_core.packs.base import TrainerPack
 
-__all__ = ["PACKS", "DEFAULT_PACK", "DEMO_PACKS", "get_pack", "TrainerPack"]
+__all__ = ["PACKS", "DEFAULT_PACK", "DEMO_PACKS", "ENTRY_POINTS", "get_pack", "TrainerPack", "discover"]
 
-PACKS: dict[str, TrainerPack] = {
-    p.id: p
-    for p in (llada_image.PACK, qwen3vl_mageflow.PACK, qwen3vl_qwenimage.PACK, qwen3vl_flux3.PACK, qwen35_bridge.PACK,
-              ming_image.PACK, t5xxl_pixart.PACK)
-}
-DEFAULT_PACK = llada_image.PACK.id   # the reference project.json's pack
+ENTRY_POINTS = "gguf_trainer.packs"
+_NOT_PACKS = {"base", "common"}
+
+
+def _add(found: dict[str, TrainerPack], pack: TrainerPack, where: str) -> None:
+    known = found.get(pack.id)
+    if known is not None and known is not pack:
+        raise ValueError(f"two trainer packs have the id {pack.id!r} (the second from {where}); rename one")
+    found[pack.id] = pack
+
+
+def discover() -> dict[str, TrainerPack]:
+    """The packs of this folder and of the entry points, in the GUI's order."""
+    found: dict[str, TrainerPack] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.ispkg and info.name not in _NOT_PACKS and not info.name.startswith("_"):
+            pack = getattr(importlib.import_module(f"{__name__}.{info.name}"), "PACK", None)
+            if isinstance(pack, TrainerPack):
+                _add(found, pack, f"{__name__}.{info.name}")
+    for point in entry_points(group=ENTRY_POINTS):
+        loaded = point.load()
+        pack = getattr(loaded, "PACK", loaded)
+        if not isinstance(pack, TrainerPack):
+            raise ValueError(f"the {ENTRY_POINTS} entry point {point.name} ({point.value}) is not a TrainerPack "
+                             f"nor a module with one in PACK")
+        _add(found, pack, f"the entry point {point.value}")
+    return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
+
+
+PACKS: dict[str, TrainerPack] = discover()
+# the registry's default pack when a project.json names none: the reference project.json's
+DEFAULT_PACK = "llada_image"
 # the packs with a demo, in the order the GUI offers them; the first (a tiny real T5 teacher, the
 # fastest run) is the demo `python app.py --demo` and `gguf-trainer demo` build by default
-DEMO_PACKS: tuple[str, ...] = (t5xxl_pixart.PACK.id, llada_image.PACK.id, qwen3vl_mageflow.PACK.id,
-                               qwen3vl_qwenimage.PACK.id, qwen3vl_flux3.PACK.id, qwen35_bridge.PACK.id,
-                               ming_image.PACK.id)
+DEMO_PACKS: tuple[str, ...] = tuple(p.id for p in sorted(PACKS.values(), key=lambda p: p.demo_order) if p.demo_order)
 
 
 def get_pack(pack_id: str) -> TrainerPack:

@@ -142,6 +142,8 @@ class TrainerPack:
     extra_settings: tuple[str, ...] = ()   # settings only this pack uses: the GUI shows them for it alone
     demo_settings: tuple[str, ...] = ()    # the demo project's settings over DEMO_SETTINGS
     invalidating: tuple[str, ...] = ()     # settings of this pack whose change makes the shards stale
+    order: int = 100                       # where the GUI lists it (ascending; then by id)
+    demo_order: int = 0                    # where it is among the demos (ascending); 0 = it has no demo
 
     def __post_init__(self) -> None:
         from trainer_core.contract.kinds import kind_names

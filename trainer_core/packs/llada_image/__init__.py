@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from trainer_core.base.folder import ProjectFolder
 
 from trainer_core.contract.prompt_attention import parse_prompt_attention
-from trainer_core.packs.llada_image.contract import (EMPTY, MAX_LEN_TEACHER, NUM_QUERIES, OUT_DIM, PREFIX, SUFFIX,
+from trainer_core.packs.llada_image.template import (EMPTY, MAX_LEN_TEACHER, NUM_QUERIES, OUT_DIM, PREFIX, SUFFIX,
                                                      TEMPLATE)
 
 TEACHER = Material(
@@ -106,11 +106,11 @@ class LLaDAPack(TrainerPack):
 
     # ------------------------------------------------------------ export: the SigVQ beside the adapter
     def ggk_command(self, project: "ProjectFolder") -> str:
-        from trainer_core.packs.llada_image.sigvq import sigvq_path
+        from trainer_core.packs.llada_image.export import sigvq_path
         return super().ggk_command(project).replace("{sigvq}", str(sigvq_path(project)))
 
     def export_extras(self, project: "ProjectFolder", report: Any) -> None:
-        from trainer_core.packs.llada_image.sigvq import export_sigvq
+        from trainer_core.packs.llada_image.export import export_sigvq
         sigvq, what = export_sigvq(project)
         if what == "written":
             report("artifact", path=str(sigvq), kind="sigvq_gguf", size=sigvq.stat().st_size)
@@ -121,7 +121,7 @@ class LLaDAPack(TrainerPack):
                                                 "(download it to get the editing encoder)")
 
     def extra_outputs(self, project: "ProjectFolder") -> list[Path]:
-        from trainer_core.packs.llada_image.sigvq import sigvq_path
+        from trainer_core.packs.llada_image.export import sigvq_path
         path = sigvq_path(project)
         return [path] if path.is_file() else []
 
@@ -133,6 +133,8 @@ class LLaDAPack(TrainerPack):
 
 PACK = LLaDAPack(
     id="llada_image",
+    order=10,
+    demo_order=2,
     title="LLaDA-Image-Turbo (LLaDA2-MoE 16B → 256-query resampler)",
     description=(
         "Replaces the 16B LLaDA2-MoE text encoder of LLaDA-Image-Turbo with pig_clip and a "

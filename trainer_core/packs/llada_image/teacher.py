@@ -40,8 +40,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer_core.base.errors import ModelFileError, UsageError
-from trainer_core.packs.llada_image.contract import MAX_LEN_TEACHER
-from trainer_core.packs.rope_guard import check_rope_tables, default_rope, repair_rope_tables
+from trainer_core.packs.llada_image.template import MAX_LEN_TEACHER
+from trainer_core.packs.common.rope_guard import check_rope_tables, default_rope, repair_rope_tables
 
 __all__ = [
     "MAX_LEN_TEACHER", "QUERYFORMER_DEFAULTS", "TEXT_PROJECTION_DEFAULTS", "QueryFormer", "TextProjection",

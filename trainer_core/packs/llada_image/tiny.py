@@ -32,7 +32,7 @@ def write_tiny_llada(folder: str | os.PathLike, hidden: int = 32, layers: int = 
     from safetensors.torch import save_file
 
     from trainer_core.packs.llada_image.teacher import WEIGHTS_FILE, QueryFormer, TextProjection
-    from trainer_core.packs.rope_guard import default_rope
+    from trainer_core.packs.common.rope_guard import default_rope
     from trainer_core.packs.llada_image.tiny_model import configuration_tiny_llada, modeling_tiny_llada
 
     folder = Path(folder)

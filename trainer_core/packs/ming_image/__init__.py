@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material
-from trainer_core.packs.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
+from trainer_core.packs.common.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
 
 if TYPE_CHECKING:
     from trainer_core.contract.kinds import AdapterConfig
@@ -124,7 +124,7 @@ class MingPack(VisionPack):
         """Check the Ling tokenizer against the engine's template, fit or reuse the seed table."""
         from trainer_core.packs.ming_image.shards import MingSession
         from trainer_core.packs.ming_image.template import check_template
-        from trainer_core.packs.qwen35_bridge.seed_table import ensure_seed_table
+        from trainer_core.packs.common.seed_table import ensure_seed_table
         check_template(teacher.encode)
         ensure_seed_table(project.root / "seed_table.pt", self.teacher_dims(project)["seed_vocab"],
                           project.settings.train.seed_rank, self.id, teacher, report, self.teacher_repo)
@@ -152,7 +152,7 @@ class MingPack(VisionPack):
 
     def load_frozen(self, project: "ProjectFolder", model: Any) -> None:
         """The seed table precompute fitted, into the frozen seed_embed."""
-        from trainer_core.packs.qwen35_bridge.seed_table import load_seed_into
+        from trainer_core.packs.common.seed_table import load_seed_into
         load_seed_into(project.root / "seed_table.pt", model, self.id)
 
     def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
@@ -193,7 +193,7 @@ class MingPack(VisionPack):
         return ensure_vis_bridge(project, report, should_stop)
 
     def vision_path(self, project: "ProjectFolder") -> Path:
-        from trainer_core.packs.ming_image.vision_export import vision_gguf_name
+        from trainer_core.packs.ming_image.export import vision_gguf_name
         base = project.settings.name.removesuffix("_adapter")       # pig_ming_adapter → pig_ming_vision-f16.gguf
         return project.gguf_path().with_name(vision_gguf_name(project.settings.export.vision_quant, base))
 
@@ -201,7 +201,7 @@ class MingPack(VisionPack):
         """The vision GGUF (`--llm_vision` for editing and layers) beside the adapter, from the teacher's
         mllm/ tensors; skipped while it is newer than them."""
         from trainer_core.packs.ming_image.vision import mllm_folder
-        from trainer_core.packs.ming_image.vision_export import export_vision_gguf
+        from trainer_core.packs.ming_image.export import export_vision_gguf
         e = project.settings.export
         if not e.export_vision:
             return
@@ -266,6 +266,8 @@ class MingPack(VisionPack):
 
 PACK = MingPack(
     id="ming_image",
+    order=60,
+    demo_order=7,
     title="Ming-Image 0.1 (Ling-mini-2.0 MLLM → caption bank + Ling-seeded slots)",
     description=(
         "Replaces the 16B Ling-mini-2.0 MLLM of Ming-Image 0.1 Design and Design-Layer with pig_clip and a "

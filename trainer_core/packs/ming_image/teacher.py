@@ -67,7 +67,7 @@ class MingTeacher:
                  log: Callable[[str], None] | None = None):
         from tokenizers import Tokenizer
 
-        from trainer_core.packs.qwen3vl.teacher import resolve_mode
+        from trainer_core.packs.common.qwen3vl.teacher import resolve_mode
         self.root, self.device = Path(root), torch.device(device)
         self.notes: list[str] = []
         note = log or self.notes.append
@@ -106,7 +106,7 @@ class MingTeacher:
     def encode_images(self, images: Sequence[np.ndarray], budget: int = 0) -> list[torch.Tensor]:
         """Per preprocessed image [h, w, 3], its unit rows [(h/28)·(w/28), vis_dim] bf16 on the CPU, in
         batches of at most `budget` merged tokens (0: all at once)."""
-        from trainer_core.packs.qwen3vl.teacher import image_batches
+        from trainer_core.packs.common.qwen3vl.teacher import image_batches
         counts = [a * b for a, b in map(_grid, images)]
         out: list[torch.Tensor] = []
         for batch in image_batches(counts, budget or sum(counts)):

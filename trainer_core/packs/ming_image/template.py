@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.packs.qwen3vl.vision_data import CLIP_MEAN, CLIP_STD, load_rgb
+from trainer_core.packs.common.qwen3vl.vision_data import CLIP_MEAN, CLIP_STD, load_rgb
 
 __all__ = [
     "seed_ids_from_file",

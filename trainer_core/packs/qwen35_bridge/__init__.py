@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material
-from trainer_core.packs.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
+from trainer_core.packs.common.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
 
 if TYPE_CHECKING:
     from trainer_core.contract.kinds import AdapterConfig
@@ -131,7 +131,7 @@ class BridgePack(VisionPack):
                             mode=p.teacher_mode, gpu_mem_gib=p.gpu_mem_gib)
 
     def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
-        from trainer_core.packs.qwen3vl.teacher import auto_budgets
+        from trainer_core.packs.common.qwen3vl.teacher import auto_budgets
         p, auto = project.settings.precompute, auto_budgets(device, self.budget_scale)
         big = getattr(device, "type", "cpu") == "cuda" and auto["teacher_batch"] >= 256
         return Budgets(p.teacher_batch or (32 if big else 8), p.tok_budget or (6144 if big else 2048),
@@ -161,7 +161,7 @@ class BridgePack(VisionPack):
                              t.bank_slots if t.klein_head else 0, klein, log)
 
     def _seed_table(self, project: "ProjectFolder", teacher: Any, report: Any) -> None:
-        from trainer_core.packs.qwen35_bridge.seed_table import ensure_seed_table
+        from trainer_core.packs.common.seed_table import ensure_seed_table
         ensure_seed_table(project.root / "seed_table.pt", self.teacher_dims(project)["seed_vocab"],
                           project.settings.train.seed_rank, self.id, teacher, report, self.teacher_repo)
 
@@ -189,7 +189,7 @@ class BridgePack(VisionPack):
 
     def load_frozen(self, project: "ProjectFolder", model: Any) -> None:
         """The seed table precompute fitted, into the frozen seed_embed."""
-        from trainer_core.packs.qwen35_bridge.seed_table import load_seed_into
+        from trainer_core.packs.common.seed_table import load_seed_into
         load_seed_into(project.root / "seed_table.pt", model, self.id)
 
     def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
@@ -246,7 +246,7 @@ class BridgePack(VisionPack):
         and generated captioned scenes."""
         from trainer_core.demo.fixtures import write_demo_images
         from trainer_core.packs.qwen35_bridge.tiny import write_tiny_qwen35
-        from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl
+        from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
         write_tiny_qwen35(self.resolve_material(project, "teacher"))
         write_tiny_qwen3vl(self.resolve_material(project, "klein_encoder"), layers=9)
         write_demo_images(project.materials_dir / "demo_images", DEMO_IMAGES)
@@ -254,6 +254,8 @@ class BridgePack(VisionPack):
 
 PACK = BridgePack(
     id="qwen35_bridge",
+    order=50,
+    demo_order=6,
     title="Qwen3.5-9B bridge (MOSS-Image + FLUX.3 Klein upsampler → seeded slots + bank)",
     description=(
         "Replaces Qwen3.5-9B for MOSS-Image (its last hidden state per chat-template token, references "

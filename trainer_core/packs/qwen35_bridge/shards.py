@@ -45,7 +45,7 @@ def _render(sample: dict[str, Any], session: BridgeSession) -> tuple[list[int], 
                                                                       list[np.ndarray]] | None:
     """(ids, image runs, references) of a sample whose template fits max_slots, else None."""
     from trainer_core.packs.qwen35_bridge.template import build_prompt_ids, load_reference, merged_tokens
-    from trainer_core.packs.qwen3vl.qwenimage_data import choose_area
+    from trainer_core.packs.common.qwen3vl.qwenimage_data import choose_area
     area = choose_area(sample["rel"], sample["text"], session.ref_areas, session.two_image_max_area) \
         if sample["images"] and session.ref_areas else 0
     while True:

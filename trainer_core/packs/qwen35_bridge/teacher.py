@@ -33,7 +33,7 @@ from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.batching import pad_batch
 from trainer_core.packs.qwen35_bridge.template import (FACTOR, FIRST_SPECIAL_ID, IMAGE_PAD, PAD_ID, SPECIAL_TOKENS,
                                                        merged_tokens, patchify)
-from trainer_core.packs.qwen3vl.teacher import check_rope, image_batches, resolve_mode, text_weights_gib
+from trainer_core.packs.common.qwen3vl.teacher import check_rope, image_batches, resolve_mode, text_weights_gib
 
 __all__ = ["Qwen35Teacher", "MockQwen35Teacher", "tokenizer_arrays", "AUDIO_TOKENS", "Sample"]
 

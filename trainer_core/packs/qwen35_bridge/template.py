@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.packs.qwen3vl.vision_data import patchify
+from trainer_core.packs.common.qwen3vl.vision_data import patchify
 
 __all__ = ["SPECIAL_TOKENS", "FIRST_SPECIAL_ID", "ENDOFTEXT", "PAD_ID", "IM_START", "IM_END", "VISION_START",
            "VISION_END", "IMAGE_PAD", "THINK", "NEWLINE", "PREFIX", "SUFFIX", "FACTOR", "MIN_PIXELS", "MAX_PIXELS",

@@ -103,7 +103,7 @@ class Flux3Pack(TrainerPack):
         return MockKleinTeacher(dims["out_dim"], taps_for(dims["n_layers"]))
 
     def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
-        from trainer_core.packs.qwen3vl.teacher import auto_budgets
+        from trainer_core.packs.common.qwen3vl.teacher import auto_budgets
         p, auto = project.settings.precompute, auto_budgets(device, self.budget_scale)
         return Budgets(p.teacher_batch or auto["teacher_batch"], p.tok_budget or auto["tok_budget"],
                        p.student_batch or auto["student_batch"], p.student_tok_budget or auto["student_tok_budget"])
@@ -184,12 +184,14 @@ class Flux3Pack(TrainerPack):
 
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny random Qwen3-VL teacher (9 text layers: taps 1 … 8) with the real Qwen tokenizer."""
-        from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl
+        from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
         write_tiny_qwen3vl(self.resolve_material(project, "teacher"), layers=9)
 
 
 PACK = Flux3Pack(
     id="qwen3vl_flux3",
+    order=40,
+    demo_order=5,
     title="FLUX.3 Klein (Qwen3-VL-4B-Instruct layers 4…32 → layerwise)",
     description=(
         "Replaces the Qwen3-VL-4B-Instruct text encoder of FLUX.3 Image Klein with pig_clip and a "

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import torch
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.packs.qwen3vl.teacher import check_rope, load_snapshot, resolve_mode, text_weights_gib
+from trainer_core.packs.common.qwen3vl.teacher import check_rope, load_snapshot, resolve_mode, text_weights_gib
 from trainer_core.packs.qwen3vl_flux3.template import PAD_ID, padded_batch, taps_for
 
 __all__ = ["KleinTeacher", "MockKleinTeacher"]

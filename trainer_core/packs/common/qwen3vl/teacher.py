@@ -30,8 +30,8 @@ import torch
 from trainer_core.contract.batching import pad_batch
 from trainer_core.contract.devices import gpu_budget_gib, is_big_card
 from trainer_core.base.errors import ModelFileError, UsageError
-from trainer_core.packs.qwen3vl.vision_data import FACTOR, MERGE, PATCH, TEMPORAL, merged_tokens, patchify
-from trainer_core.packs.rope_guard import RopeError, table_problem
+from trainer_core.packs.common.qwen3vl.vision_data import FACTOR, MERGE, PATCH, TEMPORAL, merged_tokens, patchify
+from trainer_core.packs.common.rope_guard import RopeError, table_problem
 
 __all__ = ["VISION_BUDGETS", "auto_budgets", "text_weights_gib", "resolve_mode", "Qwen3VLTeacher",
            "MockVisionTeacher", "image_batches", "PAD_ID", "VisionOut", "mrope_positions", "Qwen3VLFullTeacher",

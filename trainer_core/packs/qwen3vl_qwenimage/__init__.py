@@ -7,10 +7,10 @@ are stored, supervised and measured; references are rendered at an area drawn pe
 """
 from __future__ import annotations
 
-from trainer_core.packs.qwen3vl.qwenimage_data import START, SYSTEM, USER
-from trainer_core.packs.qwen3vl.vision_data import SUFFIX
+from trainer_core.packs.common.qwen3vl.qwenimage_data import START, SYSTEM, USER
+from trainer_core.packs.common.qwen3vl.vision_data import SUFFIX
 from trainer_core.packs.base import STUDENT_MATERIALS
-from trainer_core.packs.qwen3vl.vision_pack import IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
+from trainer_core.packs.common.qwen3vl.vision_pack import IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
 
 __all__ = ["PACK", "TEACHER", "SYSTEM", "USER", "SUFFIX", "OUT_DIM", "VIS_DIM"]
 
@@ -22,6 +22,8 @@ TEACHER = qwen3vl_teacher("Qwen3-VL-8B-Instruct", "~17.5 GB",
 
 PACK = VisionPack(
     id="qwen3vl_qwenimage",
+    order=30,
+    demo_order=4,
     title="Qwen-Image 2.1 (Qwen3-VL-8B-Instruct → token-aligned + vision)",
     description=(
         "Replaces the Qwen3-VL-8B-Instruct text stack of Qwen-Image 2.1 with pig_clip and a "

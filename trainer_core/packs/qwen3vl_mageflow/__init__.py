@@ -5,9 +5,9 @@ supervised, the 64 / 34-token templates of vision_data; the machinery is vision_
 """
 from __future__ import annotations
 
-from trainer_core.packs.qwen3vl.vision_data import EDIT_PREFIX, SUFFIX, T2I_PREFIX, T2I_START
+from trainer_core.packs.common.qwen3vl.vision_data import EDIT_PREFIX, SUFFIX, T2I_PREFIX, T2I_START
 from trainer_core.packs.base import STUDENT_MATERIALS
-from trainer_core.packs.qwen3vl.vision_pack import IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
+from trainer_core.packs.common.qwen3vl.vision_pack import IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
 
 __all__ = ["PACK", "TEACHER", "EDIT_PREFIX", "T2I_PREFIX", "SUFFIX", "OUT_DIM", "VIS_DIM"]
 
@@ -19,6 +19,8 @@ TEACHER = qwen3vl_teacher("Qwen3-VL-4B-Instruct", "~8.3 GB",
 
 PACK = VisionPack(
     id="qwen3vl_mageflow",
+    order=20,
+    demo_order=3,
     title="MageFlow-Edit (Qwen3-VL-4B-Instruct → token-aligned + vision)",
     description=(
         "Replaces the Qwen3-VL-4B-Instruct text stack of MageFlow-Edit with pig_clip and a "

@@ -29,8 +29,8 @@ import numpy as np
 
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.prompt_attention import parse_prompt_attention
-from trainer_core.packs.qwen3vl.vision_data import (FACTOR, IMAGE_PAD, SUFFIX, SUFFIX_IDS, VISION_END, VISION_START,
-                                                    encode_chunks)
+from trainer_core.packs.common.qwen3vl.vision_data import (FACTOR, IMAGE_PAD, SUFFIX, SUFFIX_IDS, VISION_END,
+                                                           VISION_START, encode_chunks)
 
 __all__ = ["SYSTEM", "USER", "START", "SYSTEM_TOKENS", "FIRST_SLOT", "image_block", "sample_string", "sample_chunks",
            "Sample", "build_sample", "check_templates", "target_size", "choose_area", "load_rgb_over_white",

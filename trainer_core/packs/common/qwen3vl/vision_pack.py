@@ -85,9 +85,9 @@ class VisionPack(TrainerPack):
     # ------------------------------------------------------------ contract
     def _data(self) -> Any:
         if self.contract == "qwen_image_2_1":
-            from trainer_core.packs.qwen3vl import qwenimage_data
+            from trainer_core.packs.common.qwen3vl import qwenimage_data
             return qwenimage_data
-        from trainer_core.packs.qwen3vl import vision_data
+        from trainer_core.packs.common.qwen3vl import vision_data
         return vision_data
 
     def _preprocess(self, sample: dict[str, Any], session: VisionSession) -> list[Any]:
@@ -131,19 +131,19 @@ class VisionPack(TrainerPack):
                                  f"download {self.teacher_repo} again.") from None
 
     def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
-        from trainer_core.packs.qwen3vl.teacher import Qwen3VLFullTeacher, Qwen3VLTeacher
+        from trainer_core.packs.common.qwen3vl.teacher import Qwen3VLFullTeacher, Qwen3VLTeacher
         p = project.settings.precompute
         kind = Qwen3VLFullTeacher if self.tap == "pre_norm_last_layer" else Qwen3VLTeacher
         return kind(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
                     gpu_mem_gib=p.gpu_mem_gib)
 
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
-        from trainer_core.packs.qwen3vl.teacher import MockVisionTeacher
+        from trainer_core.packs.common.qwen3vl.teacher import MockVisionTeacher
         dims = self.teacher_dims(project)
         return MockVisionTeacher(dims["out_dim"], dims["vis_dim"])
 
     def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
-        from trainer_core.packs.qwen3vl.teacher import auto_budgets
+        from trainer_core.packs.common.qwen3vl.teacher import auto_budgets
         p, auto = project.settings.precompute, auto_budgets(device, self.budget_scale)
         return Budgets(p.teacher_batch or auto["teacher_batch"], p.tok_budget or auto["tok_budget"],
                        p.student_batch or auto["student_batch"], p.student_tok_budget or auto["student_tok_budget"],
@@ -191,7 +191,7 @@ class VisionPack(TrainerPack):
 
         import torch
 
-        from trainer_core.packs.qwen3vl.vision_proj import (fit_vision_proj, load_vision_proj, safetensors_rows,
+        from trainer_core.packs.common.qwen3vl.vision_proj import (fit_vision_proj, load_vision_proj, safetensors_rows,
                                                             save_vision_proj, tensor_rows)
         vis_dim = getattr(teacher, "vis_dim", None) or self.teacher_dims(project)["vis_dim"]
         path = project.root / "vision_proj.pt"
@@ -228,7 +228,7 @@ class VisionPack(TrainerPack):
 
         from trainer_core.contract.batching import greedy_batches
         from trainer_core.contract.shards import target_moments
-        from trainer_core.packs.qwen3vl.vision_data import merged_tokens
+        from trainer_core.packs.common.qwen3vl.vision_data import merged_tokens
         data = self._data()
         weight = session.weight                                             # vision_proj [in, vis]
         images = [self._preprocess(sample, session) for sample in prompts]
@@ -301,7 +301,7 @@ class VisionPack(TrainerPack):
         """vision_proj as precompute fitted it: frozen, the engine applies it and we never train it."""
         import torch
 
-        from trainer_core.packs.qwen3vl.vision_proj import load_vision_proj
+        from trainer_core.packs.common.qwen3vl.vision_proj import load_vision_proj
         config = model.config
         if not config.vis_dim:
             return
@@ -315,7 +315,7 @@ class VisionPack(TrainerPack):
     def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
         """A student and a teacher row per token of the template, text and suffix, plus the raw
         vision rows of each reference image, averaged over the corpus mix."""
-        from trainer_core.packs.qwen3vl.vision_data import EDIT_START, HEADER_TOKENS, SUFFIX_IDS, T2I_START
+        from trainer_core.packs.common.qwen3vl.vision_data import EDIT_START, HEADER_TOKENS, SUFFIX_IDS, T2I_START
         c = project.settings.corpus
         row = (student_dim + dims["out_dim"]) * 2
         t2i_rows = T2I_START + _T2I_TEXT + len(SUFFIX_IDS)                 # 34 + 21 + 5
@@ -328,6 +328,6 @@ class VisionPack(TrainerPack):
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny random Qwen3-VL teacher and generated captioned scenes under materials/demo_images."""
         from trainer_core.demo.fixtures import write_demo_images
-        from trainer_core.packs.qwen3vl.tiny import write_tiny_qwen3vl
+        from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
         write_tiny_qwen3vl(self.resolve_material(project, "teacher"))
         write_demo_images(project.materials_dir / "demo_images", DEMO_IMAGES)
