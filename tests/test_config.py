@@ -14,6 +14,7 @@ import pytest
 from trainer_core.base.config import Settings, parse_count
 from trainer_core.project import apply_assignments, default_settings_dict, settings_from_dict
 from trainer_core.base.errors import ConfigError, UnknownPackError
+from trainer_core.packs import PACKS
 
 # ---------------------------------------------------------------- the reference table (§2.1)
 
@@ -183,10 +184,13 @@ def test_default_pack_is_llada_image():
 
 
 def test_settings_dataclass_defaults_equal_reference_table():
-    """The built-in defaults know no pack: the reference table's pack and name are the default pack's."""
+    """The built-in defaults know no pack: the reference table's pack, name and the settings the default
+    pack declares (LLaDA's export.export_sigvq) are the default pack's."""
+    from trainer_core.packs import DEFAULT_PACK
     actual = Settings().to_dict()
     assert actual["pack"] == ""
-    packless = {k: v for k, v in REFERENCE_FLAT.items() if k not in ("pack", "name")}
+    own = ("pack", "name", *PACKS[DEFAULT_PACK].extra_settings)
+    packless = {k: v for k, v in REFERENCE_FLAT.items() if k not in own}
     assert _project(actual, packless) == packless
     assert _project(default_settings_dict(), REFERENCE_FLAT) == REFERENCE_FLAT
 
@@ -232,7 +236,6 @@ PACK_OVERLAYS = {
         "precompute.student_batch": 0,
         "corpus.image_presets": ["flickr30k"],
         "corpus.empty_frac": 0.015,
-        "export.export_sigvq": False,
     },
     "qwen3vl_qwenimage": {
         "name": "pig_qwen3vl_8b_adapter",
@@ -250,7 +253,6 @@ PACK_OVERLAYS = {
         "corpus.n_train": 120000,
         "corpus.n_val": 2048,
         "precompute.teacher_batch": 0,
-        "export.export_sigvq": False,
     },
 }
 
@@ -259,7 +261,7 @@ UNSPECIFIED = {
     "qwen3vl_mageflow": set(),
     "qwen3vl_qwenimage": {
         "corpus.image_presets", "corpus.empty_frac", "precompute.teacher_batch",
-        "precompute.tok_budget", "precompute.student_batch", "export.export_sigvq",
+        "precompute.tok_budget", "precompute.student_batch",
     },
     "t5xxl_pixart": {"precompute.tok_budget", "precompute.student_batch"},
 }
@@ -270,11 +272,14 @@ def test_pack_overlay_over_defaults(pack_id):
     expected = dict(REFERENCE_FLAT)
     expected.update(PACK_OVERLAYS[pack_id])
     expected["pack"] = pack_id
-    keys = [k for k in expected if k not in UNSPECIFIED[pack_id]]
+    # a setting another pack declares (LLaDA's export.export_sigvq) is not part of this pack's project
+    foreign = {k for p in PACKS.values() for k in p.extra_settings} - set(PACKS[pack_id].extra_settings)
+    keys = [k for k in expected if k not in UNSPECIFIED[pack_id] and k not in foreign]
     expected = {k: expected[k] for k in keys}
 
     raw = default_settings_dict(pack_id)
     assert _project(raw, keys) == expected
+    assert not foreign & set(_flatten(raw))
 
     # the overlay survives validation, and a file naming only its pack gets it at load
     assert _project(settings_from_dict(raw).to_dict(), keys) == expected
@@ -301,7 +306,7 @@ def test_loading_deep_merges_over_defaults():
     assert s.corpus.n_train == 120000
     assert s.corpus.n_val == 2048
     assert s.precompute.teacher_batch == 0
-    assert s.export.export_sigvq is False
+    assert "export_sigvq" not in s.to_dict()["export"]        # LLaDA's setting, not part of a PixArt project
     assert s.name == "pig_t5_adapter"
     # the rest of the corpus defaults kept
     assert s.corpus.presets == ["gustavosta", "midjourney"]
@@ -317,11 +322,32 @@ def test_loading_does_not_mutate_input():
 
 
 def test_file_value_overrides_pack_overlay():
-    s = settings_from_dict({"pack": "qwen3vl_mageflow", "train": {"depth": 8},
-                            "export": {"export_sigvq": True}})
+    s = settings_from_dict({"pack": "qwen3vl_mageflow", "train": {"depth": 8}, "export": {"run_eval": False}})
     assert s.train.depth == 8
-    assert s.export.export_sigvq is True
+    assert s.export.run_eval is False
     assert s.precompute.shard_size == 512
+
+
+def test_a_pack_declares_its_own_settings_and_another_packs_are_dropped_on_load_and_refused_when_set():
+    """train.max_slots is the Qwen3.5 bridge's and Ming's: a LLaDA project has none. A project.json that
+    still holds it (written before the pack changed, or by a version that kept every pack's settings) loads
+    without it; setting it is one sentence naming the packs that have it."""
+    bridge = settings_from_dict({"pack": "qwen35_bridge", "train": {"max_slots": "1k"}})
+    assert bridge.train.max_slots == 1000 and bridge.to_dict()["train"]["max_slots"] == 1000
+    assert bridge.train.klein_head is True                        # the pack's declared default
+    old = settings_from_dict({"pack": "llada_image", "train": {"max_slots": 2304}, "export": {"export_sigvq": False}})
+    assert "max_slots" not in old.to_dict()["train"] and old.export.export_sigvq is False
+    with pytest.raises(AttributeError, match="max_slots"):
+        old.train.max_slots
+    with pytest.raises(ConfigError) as e:
+        apply_assignments(old.to_dict(), ["train.max_slots=640"])
+    [problem] = e.value.problems
+    owners = [p.title for p in PACKS.values() if "train.max_slots" in p.extra_settings]
+    assert len(owners) == 2 and problem.startswith("train.max_slots is a setting of the ")
+    assert all(title in problem for title in owners)
+    assert problem.endswith(f"this project's pack ({PACKS['llada_image'].title}) has none")
+    with pytest.raises(ConfigError, match="train.max_slots must be a positive whole number"):
+        settings_from_dict({"pack": "ming_image", "train": {"max_slots": "many"}})
 
 
 # ---------------------------------------------------------------- validation

@@ -21,10 +21,8 @@ LLADA_TRAIN = {
     "history": False, "history_every": 500, "history_from": 0, "history_to": 0, "history_keep": 0,
     "seed": 42,
 }
-LLADA_EXPORT = {"output_dir": "", "copy_to": "", "export_sigvq": True, "run_eval": True,
-                # Ming's (every project.json holds every setting; the GUI shows a pack its own)
-                "export_vision": True, "vision_quant": "f16", "vis_bridge": True, "vis_bridge_steps": 2000,
-                "vis_bridge_width": 1024, "vis_bridge_depth": 2, "vis_bridge_images": 256}
+# a project.json holds the common settings and its own pack's (LLaDA's export_sigvq), not Ming's vision ones
+LLADA_EXPORT = {"output_dir": "", "copy_to": "", "export_sigvq": True, "run_eval": True}
 LLADA_CORPUS_SOME = {
     "mode": "presets", "presets": ["gustavosta", "midjourney"], "n_train": 60000, "n_val": 1024,
     "min_chars": 8, "max_chars": 1200, "seed": 8, "empty_frac": 0.01,

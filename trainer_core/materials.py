@@ -227,9 +227,8 @@ def material_status(project: Project, material: "Material", listing: list[HubFil
 def wanted(project: Project, material: "Material") -> bool:
     if material.required:
         return True
-    if material.id == "sigvq":
-        return bool(project.settings.export.export_sigvq)
-    return True
+    section, _, name = material.wanted_if.partition(".")      # an optional material a pack setting asks for
+    return bool(getattr(getattr(project.settings, section), name)) if material.wanted_if else True
 
 
 def all_statuses(project: Project, online: bool = True) -> list[MaterialStatus]:

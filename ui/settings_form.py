@@ -3,14 +3,13 @@ setting, with the pack's defaults, saved through `Project.update_settings` (the 
 validation as the CLI) and every problem shown on its own field."""
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
-from trainer_core.base.config import SECTIONS, ConfigError, Settings
+from trainer_core.base.config import SECTIONS, ConfigError, PackSetting, Settings, own_fields
 from trainer_core.packs import PACKS
 from trainer_core.project import Project
 
@@ -21,8 +20,9 @@ SECTION_TITLES = {"corpus": "Corpus", "precompute": "Precompute", "train": "Trai
 # corpus settings that only image packs read
 IMAGE_ONLY = {"image_presets", "image_folders", "n_image", "n_two", "n_text", "n_val_image", "n_val_text",
               "ref_areas", "two_image_max_area"}
-# settings one pack or another uses alone (LLaDA: export.export_sigvq)
-PACK_ONLY = {key for pack in PACKS.values() for key in pack.extra_settings}
+# the settings packs declare (LLaDA: export.export_sigvq): one field each, shown for the packs that have it
+PACK_SETTINGS: dict[str, PackSetting] = {s.key: s for pack in PACKS.values() for s in pack.settings}
+PACK_ONLY = set(PACK_SETTINGS)
 TEXT_ONLY = {"mode", "presets", "extra_files", "train_file", "val_file", "n_train", "n_val"}
 
 
@@ -39,27 +39,30 @@ class FormField:
         return self.key.split(".")[0] if "." in self.key else ""
 
 
+def _field(key: str, value: Any, parse: Any, help: str) -> FormField:
+    options = tuple(getattr(parse, "options", ()))
+    if isinstance(value, bool):
+        kind = "bool"
+    elif options and isinstance(value, list):
+        kind = "subset"
+    elif options:
+        kind = "choice"
+    elif isinstance(value, list):
+        kind = "list"
+    else:
+        kind = "text"
+    return FormField(key, key.split(".")[-1].replace("_", " "), kind, options, help)
+
+
 def _fields() -> list[FormField]:
     out = [FormField("name", "Adapter name", "text", (), "the exported file is <name>-f16.gguf"),
            FormField("auto_resume", "Resume automatically after a reboot (gguf-trainer --auto-resume)", "bool", (), "")]
     for section, cls in SECTIONS.items():
         defaults = cls()
-        for f in dataclasses.fields(cls):
-            parse = f.metadata.get("parse")
-            options = tuple(getattr(parse, "options", ()))
-            value = getattr(defaults, f.name)
-            if isinstance(value, bool):
-                kind = "bool"
-            elif options and isinstance(value, list):
-                kind = "subset"
-            elif options:
-                kind = "choice"
-            elif isinstance(value, list):
-                kind = "list"
-            else:
-                kind = "text"
-            out.append(FormField(f"{section}.{f.name}", f.name.replace("_", " "), kind, options,
-                                 f.metadata.get("help", "")))
+        for f in own_fields(cls):
+            out.append(_field(f"{section}.{f.name}", getattr(defaults, f.name), f.metadata.get("parse"),
+                              f.metadata.get("help", "")))
+        out += [_field(s.key, s.default, s.parse, s.help) for s in PACK_SETTINGS.values() if s.section == section]
     return out
 
 
@@ -97,9 +100,15 @@ def _component(field: FormField) -> gr.components.Component:
 
 
 def _value_of(settings: Settings, key: str) -> Any:
+    """The setting's value; a setting of another pack than the project's (a hidden field) shows its default."""
     obj: Any = settings
-    for part in key.split("."):
-        obj = getattr(obj, part)
+    try:
+        for part in key.split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        if key in PACK_SETTINGS:
+            return PACK_SETTINGS[key].default
+        raise
     return obj
 
 

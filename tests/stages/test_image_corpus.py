@@ -444,20 +444,25 @@ def test_plan_drops_an_undecodable_image_and_draws_the_next():
 
 def test_layer_prompts_replace_single_image_samples_and_leave_the_rest_alone():
     """n_layer / n_val_layer single-image samples take the pack's layer instruction over one of their
-    image's captions; pairs, text samples and the images chosen stay as they were; at 0 nothing is
-    drawn, so every other pack's corpus is unchanged."""
-    import dataclasses
+    image's captions (Ming's corpus_draws); pairs, text samples and the images chosen stay as they were;
+    at 0 nothing is drawn, so the corpus is the one every other pack gets."""
+    import functools
 
     from trainer_core.base.config import CorpusSettings
     from trainer_core.packs.ming_image import PACK as MING
     from trainer_core.packs.ming_image.template import layer_count
     entries = [ImageEntry("s", f"{i}.png", (f"a dog number {i}",)) for i in range(40)]
     texts = [f"text {i}" for i in range(30)]
-    c = CorpusSettings(n_image=20, n_two=4, n_text=6, n_val_image=6, n_val_text=3, seed=3)
+
+    def settings(n_layer: int, n_val_layer: int) -> CorpusSettings:
+        return CorpusSettings(n_image=20, n_two=4, n_text=6, n_val_image=6, n_val_text=3, seed=3,
+                              pack_values={"n_layer": n_layer, "n_val_layer": n_val_layer})
+    c = settings(0, 0)
     plain = plan_corpus(entries, texts, c)
-    assert plan_corpus(entries, texts, c, layer_prompt=MING.layer_prompt) == plain
-    layered = plan_corpus(entries, texts, dataclasses.replace(c, n_layer=5, n_val_layer=2),
-                          layer_prompt=MING.layer_prompt)
+    none = plan_corpus(entries, texts, c, draws=functools.partial(MING.corpus_draws, c))
+    assert (none.train, none.val) == (plain.train, plain.val) and none.counts["layer"] == 0
+    c = settings(5, 2)
+    layered = plan_corpus(entries, texts, c, draws=functools.partial(MING.corpus_draws, c))
     assert (layered.counts["layer"], layered.counts["val_layer"]) == (5, 2)
     for before, after in ((plain.train, layered.train), (plain.val, layered.val)):
         assert [s.images for s in before] == [s.images for s in after]
@@ -467,8 +472,8 @@ def test_layer_prompts_replace_single_image_samples_and_leave_the_rest_alone():
             assert f"a dog number {a.images[0]}" in a.text          # a caption of that sample's image
     assert sum(b.text != a.text for b, a in zip(plain.train, layered.train)) == 5
     assert sum(b.text != a.text for b, a in zip(plain.val, layered.val)) == 2
-    with pytest.raises(CorpusError, match="n_layer"):
-        plan_corpus(entries, texts, dataclasses.replace(c, n_layer=1))
+    assert MING.corpus_notes(layered.counts) == ["5 train and 2 val samples ask for a layer decomposition"]
+    assert MING.corpus_notes(none.counts) == []
 
 
 # ---------------------------------------------------------------- skipping and errors

@@ -1,10 +1,13 @@
 """Typed project settings: one dataclass per `project.json` section, defaults, validation.
 
-Layers, bottom up: the built-in defaults below, the pack's `defaults` overlay (applied at
-creation and again at load, so a key added in a later version gets the pack's value), then
-the file. This module knows no pack registry: the caller hands it the packs (a mapping of id to
-anything with `id`, `defaults`, `default_name` and `corpus_kind`); `trainer_core.project` binds
-the registry and is what the rest of the code calls. Validation collects every problem before
+Layers, bottom up: the built-in defaults below, the settings the project's pack declares
+(`PackSetting`: a pack's own settings, with their parser, default and help — the sections below hold
+only what every pack reads), the pack's `defaults` overlay (applied at creation and again at load, so
+a key added in a later version gets the pack's value), then the file. A key another pack declares is
+dropped when a file is read (a project.json written before the pack changed, or by an older version
+that kept every pack's settings), and refused when it is set. This module knows no pack registry: the
+caller hands it the packs (config.PackInfo); `trainer_core.project` binds the registry and is what
+the rest of the code calls. Validation collects every problem before
 raising one `ConfigError`, each problem
 naming the key the user sees: `train.steps must be a positive whole number, got "abc"`.
 """
@@ -32,6 +35,7 @@ from trainer_core.base.parsers import text as _text
 from trainer_core.base.parsers import text_list as _text_list
 
 __all__ = [
+    "PackSetting", "pack_setting", "pack_settings_of", "own_fields",
     "CorpusSettings", "PrecomputeSettings", "TrainSettings", "ExportSettings",
     "MaterialOverride", "Settings", "PROMPT_PRESETS", "IMAGE_PRESETS", "SECTIONS",
     "parse_count", "default_settings_dict", "settings_from_dict", "deep_merge",
@@ -49,10 +53,57 @@ def _setting(default: Any, parse: Callable[[Any], Any], help: str = "") -> Any:
     return field(default=default, metadata={"parse": parse, "help": help})
 
 
+@dataclass(frozen=True)
+class PackSetting:
+    """A setting one pack declares (packs/base.TrainerPack.settings): `key` is "section.name"."""
+
+    key: str
+    default: Any
+    parse: Callable[[Any], Any]
+    help: str = ""
+
+    @property
+    def section(self) -> str:
+        return self.key.partition(".")[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.partition(".")[2]
+
+
+def pack_setting(key: str, default: Any, parse: Callable[[Any], Any], help: str = "") -> PackSetting:
+    section, dot, name = key.partition(".")
+    if not dot or section not in ("corpus", "precompute", "train", "export") or not name:
+        raise ValueError(f"a pack setting's key is section.name with a section of project.json, got {key!r}")
+    return PackSetting(key, copy.deepcopy(default), parse, help)
+
+
+def pack_settings_of(pack: Any) -> dict[str, PackSetting]:
+    """key → PackSetting of what `pack` declares (none for a pack without `settings`)."""
+    return {s.key: s for s in getattr(pack, "settings", ())}
+
+
+def own_fields(cls: type) -> list[dataclasses.Field]:
+    """A section's own settings (the dataclass fields but `pack_values`)."""
+    return [f for f in dataclasses.fields(cls) if f.name != "pack_values"]
+
+
+class _Section:
+    """A settings section: its own fields, plus the values of the settings the project's pack declares
+    in this section (`pack_values`), read as attributes like the others."""
+
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("pack_values") or {}
+        if name in values:
+            return values[name]
+        raise AttributeError(f"{type(self).__name__} has no setting {name!r} (neither its own nor one the "
+                             f"project's pack declares)")
+
+
 # ---------------------------------------------------------------- sections
 
 @dataclass
-class CorpusSettings:
+class CorpusSettings(_Section):
     mode: str = _setting("presets", _choice("presets", "files"),
                          "presets: public prompt datasets plus local files; files: your own train/val files")
     presets: list = _setting(["gustavosta", "midjourney"], _subset(*PROMPT_PRESETS))
@@ -75,15 +126,11 @@ class CorpusSettings:
     ref_areas: list = _setting([[147456, 0.35], [262144, 0.35], [589824, 0.20], [1048576, 0.10]],
                                _area_weights)
     two_image_max_area: int = _setting(262144, _count())
-    n_klein: int = _setting(0, _count(0), "training samples (image and text alike) that also get a FLUX.3 Klein target")
-    n_val_klein: int = _setting(0, _count(0), "validation samples with a FLUX.3 Klein target")
-    n_layer: int = _setting(0, _count(0), "training image samples whose instruction asks for a layer decomposition "
-                                          "(Ming-Image-Layer: \"Decompose this image into N layers\")")
-    n_val_layer: int = _setting(0, _count(0), "validation image samples with a layer-decomposition instruction")
+    pack_values: dict = field(default_factory=dict, repr=False)     # the pack's own settings (PackSetting)
 
 
 @dataclass
-class PrecomputeSettings:
+class PrecomputeSettings(_Section):
     device: str = _setting("auto", _device)
     gpus: int = _setting(1, _count(1), "processes, one per GPU (torchrun); on a machine without CUDA, CPU "
                                        "processes. Other machines sharing the project can add ranks by hand")
@@ -102,10 +149,11 @@ class PrecomputeSettings:
     cpu_mem_gib: float = _setting(0.0, _number(0.0), "0 = available RAM minus 6 GiB (at least 4)")
     student_dtype: str = _setting("bf16", _choice("bf16", "f16", "f32"))
     mock_teacher: bool = _setting(False, _boolean, "synthetic targets: a smoke test, never a usable adapter")
+    pack_values: dict = field(default_factory=dict, repr=False)     # the pack's own settings (PackSetting)
 
 
 @dataclass
-class TrainSettings:
+class TrainSettings(_Section):
     device: str = _setting("auto", _device)
     gpus: int = _setting(1, _count(1), "DDP over this many processes (one per GPU); 1 trains in one process")
     compile: str = _setting("auto", _choice("auto", "on", "off"),
@@ -133,27 +181,15 @@ class TrainSettings:
     history_to: int = _setting(0, _count(0))
     history_keep: int = _setting(0, _count(0))
     seed: int = _setting(42, _count(0))
-    seed_rank: int = _setting(384, _count(), "columns of the frozen seed table (the teacher's embeddings, PCA)")
-    max_slots: int = _setting(2304, _count(), "the longest teacher template the adapter takes (slots)")
-    klein_head: bool = _setting(True, _boolean, "also train the FLUX.3 Klein bank (the prompt upsampler's target)")
-    bank_slots: int = _setting(240, _count(80, multiple_of=80), "rows of the Klein bank, a multiple of 80")
+    pack_values: dict = field(default_factory=dict, repr=False)     # the pack's own settings (PackSetting)
 
 
 @dataclass
-class ExportSettings:
+class ExportSettings(_Section):
     output_dir: str = _setting("", _text, "empty = the folder that holds the project folder")
     copy_to: str = _setting("", _text, "optional second destination, e.g. your ggk model folder")
-    export_sigvq: bool = _setting(True, _boolean)
-    export_vision: bool = _setting(True, _boolean, "also write the teacher's vision tower as a GGUF for editing "
-                                                   "(Ming: pig_ming_vision)")
-    vision_quant: str = _setting("f16", _choice("f16", "q8_0"), "the vision GGUF's weights")
-    vis_bridge: bool = _setting(True, _boolean, "Ming: fit the adapter's vis_bridge when a stock Qwen2.5-VL "
-                                                "mmproj is picked, so that file can stand in for pig_ming_vision")
-    vis_bridge_steps: int = _setting(2000, _count(maximum=1_000_000), "Ming: vis_bridge fitting steps (one image each)")
-    vis_bridge_width: int = _setting(1024, _count(64, multiple_of=64), "Ming: vis_bridge width, a multiple of 64")
-    vis_bridge_depth: int = _setting(2, _count(0), "Ming: vis_bridge blocks (0 = a linear map)")
-    vis_bridge_images: int = _setting(256, _count(), "Ming: input images of the train shards the vis_bridge fits on")
     run_eval: bool = _setting(True, _boolean)
+    pack_values: dict = field(default_factory=dict, repr=False)     # the pack's own settings (PackSetting)
 
 
 @dataclass
@@ -187,7 +223,11 @@ class Settings:
     export: ExportSettings = field(default_factory=ExportSettings)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """project.json's shape: a pack's own settings sit in their section beside the others."""
+        out = dataclasses.asdict(self)
+        for section in SECTIONS:
+            out[section].update(out[section].pop("pack_values", {}))
+        return out
 
 
 # ---------------------------------------------------------------- building and validating
@@ -206,6 +246,8 @@ def deep_merge(base: dict, over: dict) -> dict:
 def default_settings_dict(pack: PackInfo) -> dict:
     """Built-in defaults with the pack's overlay: what a new project of that pack starts from."""
     base = Settings().to_dict()
+    for setting in pack_settings_of(pack).values():
+        base[setting.section][setting.name] = copy.deepcopy(setting.default)
     merged = deep_merge(base, dict(pack.defaults))
     merged["pack"] = pack.id
     merged["name"] = pack.default_name
@@ -227,22 +269,45 @@ def _unknown(key: str, known: list[str]) -> str:
     return f'"{key}" is not a setting{hint}'
 
 
-def _parse_section(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
+def _parse_section(cls: type, raw: Any, prefix: str, problems: list[str],
+                   declared: Mapping[str, PackSetting] | None = None, others: frozenset[str] = frozenset()) -> Any:
+    """The section `prefix` of project.json: its own settings and those the pack declares in it (`declared`:
+    key → PackSetting); a key only other packs declare (`others`) is dropped, any other unknown key is a
+    problem."""
     if not isinstance(raw, dict):
         problems.append(f"{prefix} must be a JSON object of settings, got {_got(raw)}")
         return cls()
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    values = {}
+    fields = {f.name: f for f in own_fields(cls)}
+    mine = {s.name: s for s in (declared or {}).values() if s.section == prefix}
+    values: dict[str, Any] = {}
+    pack_values: dict[str, Any] = {}
     for key, value in raw.items():
         spec = fields.get(key)
+        if spec is None and key in mine:
+            try:
+                pack_values[key] = mine[key].parse(value)
+            except ValueError as e:
+                problems.append(f"{prefix}.{key} {e}, got {_got(value)}")
+            continue
         if spec is None:
-            problems.append(_unknown(f"{prefix}.{key}", list(fields)))
+            if f"{prefix}.{key}" not in others:
+                problems.append(_unknown(f"{prefix}.{key}", [*fields, *mine]))
             continue
         try:
             values[key] = spec.metadata["parse"](value)
         except ValueError as e:
             problems.append(f"{prefix}.{key} {e}, got {_got(value)}")
+    for name, setting in mine.items():
+        pack_values.setdefault(name, copy.deepcopy(setting.default))
+    if "pack_values" in {f.name for f in dataclasses.fields(cls)}:
+        values["pack_values"] = pack_values
     return cls(**values)
+
+
+def _declared_elsewhere(packs: Mapping[str, PackInfo], pack: PackInfo) -> frozenset[str]:
+    """The keys other packs declare and this one does not."""
+    mine = pack_settings_of(pack)
+    return frozenset(key for other in packs.values() for key in pack_settings_of(other) if key not in mine)
 
 
 def _cross_checks(s: Settings, pack: PackInfo, problems: list[str]) -> None:
@@ -268,7 +333,8 @@ def settings_from_dict(raw: Any, packs: Mapping[str, PackInfo], default_pack: st
     top = {}
     for key, value in merged.items():
         if key in SECTIONS:
-            top[key] = _parse_section(SECTIONS[key], value, key, problems)
+            top[key] = _parse_section(SECTIONS[key], value, key, problems, pack_settings_of(pack),
+                                      _declared_elsewhere(packs, pack))
         elif key == "materials":
             top[key] = _parse_materials(value, problems)
         elif key in parsers:
@@ -317,7 +383,12 @@ def apply_assignments(raw: dict, assignments: list[str], packs: Mapping[str, Pac
     """
     out = copy.deepcopy(raw)
     problems: list[str] = []
-    known_sections = {name: [f.name for f in dataclasses.fields(cls)] for name, cls in SECTIONS.items()}
+    given = [t.partition("=")[2].strip() for t in assignments if t.partition("=")[0].strip() == "pack"]
+    pack_id = given[-1] if given else out.get("pack", default_pack)     # the pack these settings are read for
+    pack = packs[pack_id] if isinstance(pack_id, str) and pack_id in packs else packs[default_pack]
+    declared = pack_settings_of(pack)
+    known_sections = {name: [f.name for f in own_fields(cls)] + [s.name for s in declared.values() if s.section == name]
+                      for name, cls in SECTIONS.items()}
     for text in assignments:
         try:
             path, value = parse_assignment(text)
@@ -325,6 +396,7 @@ def apply_assignments(raw: dict, assignments: list[str], packs: Mapping[str, Pac
             problems.extend(e.problems)
             continue
         key = ".".join(path)
+        owners = [p.title for p in packs.values() if key in pack_settings_of(p)]
         if len(path) == 1 and path[0] in _TOP_LEVEL:
             out[path[0]] = value
         elif len(path) == 2 and path[0] in known_sections and path[1] in known_sections[path[0]]:
@@ -332,6 +404,9 @@ def apply_assignments(raw: dict, assignments: list[str], packs: Mapping[str, Pac
             if not isinstance(section, dict):
                 section = out[path[0]] = {}
             section[path[1]] = value
+        elif owners:
+            problems.append(f"{key} is a setting of the {' and '.join(owners)} pack"
+                            f"{'s' if len(owners) > 1 else ''} only; this project's pack ({pack.title}) has none")
         elif len(path) == 3 and path[0] == "materials" and path[2] == "path":
             out.setdefault("materials", {}).setdefault(path[1], {})["path"] = value
         elif len(path) == 1 and path[0] in known_sections:

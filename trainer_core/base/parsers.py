@@ -17,9 +17,11 @@ class PackInfo(Protocol):
     """What the settings need of a pack (a TrainerPack has it)."""
 
     id: str
+    title: str
     defaults: Mapping[str, Any]
     default_name: str
     corpus_kind: str
+    settings: tuple[Any, ...]      # config.PackSetting: the settings only this pack has
 
 
 _COUNT_RE = re.compile(r"^[+-]?(\d{1,3}(,\d{3})+|\d+(_\d+)*)?(\.\d+)?([kKmM]?)$")

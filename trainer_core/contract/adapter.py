@@ -225,7 +225,7 @@ class Bridge(nn.Module):
     each: returns (bank rows [B, n_bank, bank_dim] or None, slot rows [B, P, out_dim]).
     `seed_embed` is the frozen PCA of the teacher's embedding table (precompute fits it).
 
-    Ming-Image's adapter (kind ming_image) is the same trunk with the caption bank: `cap_query` (its
+    Ming-Image's adapter (its own kind) is the same trunk with the caption bank: `cap_query` (its
     256 rows) and `out_cap` (→ cap_dim) in place of bank_query and out_bank, never prompt-aligned; the
     slots are one per Ling prompt token and out_proj gives the DiT's direct rows."""
 

@@ -1,5 +1,5 @@
-"""The seeded-slot bridges' training data, forward, loss and metrics (adapter kinds `qwen35_bridge`
-and `ming_image`).
+"""The seeded-slot bridges' training data, forward, loss and metrics (the slot kinds of
+contract/kinds/: the Qwen3.5 bridge and Ming's).
 
 A sample is a raw prompt (the student's rows), the Qwen3.5 ids of its MOSS template (one slot
 each, with the teacher's last hidden state as the target), the raw vision embeds of its references
@@ -19,7 +19,7 @@ rows into the bank only on FLUX.3 (bank_in). So a step runs every sample without
 loss) and, in the same forward, a copy of each Klein sample with it (bank loss): the MOSS head is
 trained exactly as the engine runs it (packs-contract-more Part F §5).
 
-Ming-Image (kind `ming_image`) uses the same parts with its caption bank: every sample has a bank
+Ming-Image's kind uses the same parts with its caption bank: every sample has a bank
 target (its 256 caption rows, b_pack, bank_rows = bank_real = n_cap, no `klein` key), there is no
 bank_hidden (the engine never feeds student rows into the caption bank), and the bank rows scored are
 the plain bank rows of every sample. Its slots are one per Ling prompt token (the direct rows).

@@ -22,12 +22,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import functools
 import random
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from trainer_core.base.atomic import atomic_write_bytes, atomic_write_text
 from trainer_core.base.config import CorpusSettings
@@ -172,13 +173,15 @@ def _always(index: int) -> bool:
     return True
 
 
+Draws = Callable[[random.Random, list, list, Sequence[ImageEntry]], Mapping[str, int]]
+
+
 def plan_corpus(entries: Sequence[ImageEntry], texts: Sequence[str], c: CorpusSettings,
-                is_valid: Callable[[int], bool] = _always,
-                layer_prompt: Callable[[random.Random, str], str] | None = None) -> CorpusPlan:
-    """The samples of both files (see the module docstring for the order of the draws). With
-    corpus.n_layer / n_val_layer, that many single-image samples of each split take a layer-decomposition
-    instruction over one of their image's captions instead (`layer_prompt`, the pack's: Ming-Image-Layer
-    reads the layer count from the prompt)."""
+                is_valid: Callable[[int], bool] = _always, draws: Draws | None = None) -> CorpusPlan:
+    """The samples of both files (see the module docstring for the order of the draws). `draws` are the
+    pack's own, made last with the same generator on (rng, val, train, entries), replacing samples in
+    place (packs/base.TrainerPack.corpus_draws: the Klein targets, Ming's layer prompts); what it returns
+    joins the counts."""
     if len(entries) <= c.n_val_image + 8:
         raise CorpusError(
             f"The image corpus has {len(entries)} images but needs more than {c.n_val_image + 8} "
@@ -220,29 +223,12 @@ def plan_corpus(entries: Sequence[ImageEntry], texts: Sequence[str], c: CorpusSe
     rng.shuffle(val)
     train = singles + pairs + [Sample(t, ()) for t in train_texts]
     rng.shuffle(train)
-    for split, n in ((val, c.n_val_klein), (train, c.n_klein)):    # no draw at 0: other packs' corpora unchanged
-        if n:
-            for row in rng.sample(range(len(split)), min(n, len(split))):
-                split[row] = Sample(split[row].text, split[row].images, True)
-    layered = {"val": 0, "train": 0}
-    for name, split, n in (("val", val, c.n_val_layer), ("train", train, c.n_layer)):     # no draw at 0 either
-        if not n:
-            continue
-        if layer_prompt is None:
-            raise CorpusError("corpus.n_layer and corpus.n_val_layer need a pack with layer-decomposition prompts "
-                              "(Ming-Image); set them to 0.")
-        singles_here = [row for row, sample in enumerate(split) if len(sample.images) == 1]
-        for row in rng.sample(singles_here, min(n, len(singles_here))):
-            caps = entries[split[row].images[0]].captions
-            split[row] = Sample(layer_prompt(rng, clean(rng.choice(caps)) if caps else ""), split[row].images,
-                                split[row].klein)
-            layered[name] += 1
+    extra = dict(draws(rng, val, train, entries)) if draws is not None else {}
     counts = {"single": len(singles), "two": len(pairs), "text": len(train_texts),
               "text_empty": train_texts.count(""), "val_image": len(val_images),
               "val_text": len(val_texts), "val_text_empty": val_texts.count(""),
               "train_empty": sum(1 for s in train if not s.text), "val_empty": sum(1 for s in val if not s.text),
-              "klein": sum(s.klein for s in train), "val_klein": sum(s.klein for s in val),
-              "layer": layered["train"], "val_layer": layered["val"]}
+              "klein": sum(s.klein for s in train), "val_klein": sum(s.klein for s in val), **extra}
     return CorpusPlan(train, val, counts)
 
 
@@ -359,9 +345,10 @@ def build_image_corpus(project: ProjectFolder, report: Report, should_stop: Call
     report("log", level="info", message=f"text share: {len(texts)} distinct prompts")
     names = image_names(entries)
     check = _ImageCheck()
-    layer_prompt = project.pack.layer_prompt if c.n_layer or c.n_val_layer else None
+    pack = project.pack
+    draws = functools.partial(pack.corpus_draws, c)
     while True:
-        plan = plan_corpus(entries, texts, c, check, layer_prompt)
+        plan = plan_corpus(entries, texts, c, check, draws)
         if not check.queued:
             break
         batch, check.queued = sorted(check.queued), set()
@@ -376,7 +363,7 @@ def build_image_corpus(project: ProjectFolder, report: Report, should_stop: Call
                message=f"{check.bad} of the images drawn could not be read or decoded and were skipped")
     atomic_write_text(val_path, _jsonl(plan.val, check.paths))
     atomic_write_text(train_path, _jsonl(plan.train, check.paths))
-    _report_done(plan, check, report, train_path, val_path)
+    _report_done(plan, check, report, train_path, val_path, pack.corpus_notes(plan.counts))
     return "done"
 
 
@@ -424,7 +411,8 @@ def _jsonl(samples: list[Sample], paths: dict[int, str]) -> str:
     return "".join(line(s) for s in samples)
 
 
-def _report_done(plan: CorpusPlan, check: _ImageCheck, report: Report, train_path: Path, val_path: Path) -> None:
+def _report_done(plan: CorpusPlan, check: _ImageCheck, report: Report, train_path: Path, val_path: Path,
+                 notes: Sequence[str] = ()) -> None:
     n = plan.counts
     used = {index for sample in plan.train + plan.val for index in sample.images}
     for path, samples, kind in ((train_path, plan.train, "corpus_train"), (val_path, plan.val, "corpus_val")):
@@ -435,6 +423,4 @@ def _report_done(plan: CorpusPlan, check: _ImageCheck, report: Report, train_pat
         f"({n['train_empty']} empty, {n['text_empty']} of them text-only); {val_path.name}: {n['val_image']} image "
         f"and {n['val_text']} text-only samples ({n['val_empty']} empty, {n['val_text_empty']} of them text-only); "
         f"{len(used)} images used ({len(check.written & used)} copied now, the others already in data/images); "
-        f"{check.bad} undecodable images skipped"
-        + (f"; {n['layer']} train and {n['val_layer']} val samples ask for a layer decomposition"
-           if n["layer"] or n["val_layer"] else "")))
+        f"{check.bad} undecodable images skipped" + "".join(f"; {note}" for note in notes if note)))

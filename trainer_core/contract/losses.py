@@ -4,16 +4,13 @@ The facts come from the engine contract: §0.4 (statistics and the σ floor), §
 §0.6 (evaluation) and the Loss / Eval paragraphs of §1–§4. Nothing here reads the disk or
 the clock; stages feed tensors in and write the numbers out.
 
-Which pack uses what:
+Which adapter kind uses what (contract/kinds/ calls these):
 
-    llada_image          resampler, STANDARDIZED: distill_loss(pred_std, standardize(t, mu, sigma),
-                         ones(D), mask=None); eval ResamplerMetrics(mu)
-    qwen3vl_mageflow     token-aligned, raw targets: distill_loss(p, t, sigma, keep);
-                         eval TokenAlignedMetrics with sup = keep
-    qwen3vl_qwenimage    token-aligned, raw targets: distill_loss(p, t, sigma, sup) with sup the
-                         consumed text rows (≥ 14, not under an image slot)
-    t5xxl_pixart         seeded, raw targets: distill_loss(p, t, sigma, real slots);
-                         eval SeededMetrics
+    the resampler        STANDARDIZED: distill_loss(pred_std, standardize(t, mu, sigma), ones(D),
+                         mask=None); eval ResamplerMetrics(mu)
+    token-aligned        raw targets: distill_loss(p, t, sigma, sup) with sup every real row or the
+                         consumed text rows (≥ sup_start, not under an image slot); eval TokenAlignedMetrics
+    the seeded resampler raw targets: distill_loss(p, t, sigma, real slots); eval SeededMetrics
 
 Shapes: B samples, R rows per sample (queries, slots or tokens), D output dims. A row mask
 is bool [B, R], True = the row counts. Row math runs in at least float32 whatever the input

@@ -1,7 +1,7 @@
 """The engine-only `vis_bridge.*` of a Ming adapter GGUF: a stock llama.cpp Qwen2.5-VL mmproj's rows
-mapped onto the Ling vision rows the adapter was trained on (ggk 0.9.7, ming_image_te.hpp
+mapped onto the Ling vision rows the adapter was trained on (ggk 0.9.7, the engine's Ming text encoder
 `MingVisionBridge`, conditioner.hpp `MingImageAdapterEmbedder`). This module is the forward the
-engine runs; packs/ming_image/bridge_fit.py fits it and the Ming export writes it.
+engine runs; the Ming pack fits it (its bridge_fit.py) and its export writes it.
 
 **When ggk uses it.** On a Ming-Image(-Layer) DiT with a Ming adapter (`cap_query`) as
 `--llm-adapter`, a reference image, and a `--llm_vision` file that is *not* a Ling tower:

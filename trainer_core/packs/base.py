@@ -15,7 +15,9 @@ templates, export KVs, metric names, the ggk command line) plus a few hooks:
     export_arrays(project)                 string-array KVs an export writes after those (a vocabulary)
     export_tensors(project)                top-level tensors an export writes after the adapter's (Ming's
                                            tokenizer_json)
-    layer_prompt(rng, caption)             a layer-decomposition instruction (corpus.n_layer; Ming only)
+    corpus_draws(c, rng, val, train, entries)  the pack's own draws over an image corpus's samples (the
+                                           Klein targets, Ming's layer prompts); corpus_notes(counts)
+                                           what the corpus summary says of them
     student_states(student, text)          the student's rows for a prompt, as the engine feeds the adapter
     prompt_inputs(adapter, text, vis)      the adapter's other infer inputs the engine derives from a prompt
                                            (Ming's template ids, from the tokenizer the file carries)
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from trainer_core.base.config import PackSetting
 from trainer_core.base.errors import StageNotAvailableError, UsageError
 from trainer_core.contract.prompt_attention import parse_prompt_attention, plain_text
 
@@ -59,6 +62,7 @@ class Material:
     patterns: tuple[str, ...] = ()     # allow-patterns of the snapshot
     subdir: str = ""                   # under <project>/materials/
     required: bool = True
+    wanted_if: str = ""                # optional: the boolean setting ("export.export_sigvq") that asks for it
     size_hint: str = ""
     suffixes: tuple[str, ...] = ()     # local files
     hint: str = ""
@@ -139,7 +143,8 @@ class TrainerPack:
     ggk_model_args: str = "--diffusion-model MODEL.gguf --vae VAE.gguf"   # the DiT and VAE files it names
     teacher_control: str = "teacher_mode"   # the precompute setting that places the teacher ("placement")
     reference_dims: Mapping[str, int] = field(default_factory=dict)  # the real teacher's shapes, for estimates
-    extra_settings: tuple[str, ...] = ()   # settings only this pack uses: the GUI shows them for it alone
+    settings: tuple[PackSetting, ...] = ()  # settings only this pack has (config.pack_setting): their parser,
+                                           # default and help; the GUI shows them for it alone
     demo_settings: tuple[str, ...] = ()    # the demo project's settings over DEMO_SETTINGS
     invalidating: tuple[str, ...] = ()     # settings of this pack whose change makes the shards stale
     order: int = 100                       # where the GUI lists it (ascending; then by id)
@@ -152,6 +157,11 @@ class TrainerPack:
                              f"are {', '.join(kind_names())}")
         if self.corpus_kind not in CORPUS_KINDS:
             raise ValueError(f"pack {self.id}: unknown corpus kind {self.corpus_kind!r}")
+
+    @property
+    def extra_settings(self) -> tuple[str, ...]:
+        """The keys of the pack's own settings ("train.max_slots", …)."""
+        return tuple(s.key for s in self.settings)
 
     @property
     def default_name(self) -> str:
@@ -217,11 +227,16 @@ class TrainerPack:
         needs raises ModelFileError before anything is written."""
         return {}
 
-    def layer_prompt(self, rng: Any, caption: str) -> str:
-        """A layer-decomposition instruction over `caption` (corpus.n_layer); only packs whose engine
-        path reads a layer count have them."""
-        raise UsageError(f"corpus.n_layer and corpus.n_val_layer are for Ming-Image-Layer; the {self.title} pack "
-                         "has no layer-decomposition prompts, so set them to 0.")
+    def corpus_draws(self, c: Any, rng: Any, val: list[Any], train: list[Any], entries: Any) -> dict[str, int]:
+        """The pack's own draws over an image corpus's planned samples (contract/image_corpus.Sample), made
+        after the common ones with the same generator: replace samples of `val` / `train` in place
+        (a Klein target, a layer prompt) and return counts for the plan. None by default (no draw, so
+        the common corpus is the same for every pack)."""
+        return {}
+
+    def corpus_notes(self, counts: Mapping[str, int]) -> list[str]:
+        """What the corpus stage's summary adds about the pack's own draws."""
+        return []
 
     def student_states(self, student: Any, text: str) -> Any:
         """The student's rows [L, hidden] (numpy f32) for a prompt, as the engine hands them to the

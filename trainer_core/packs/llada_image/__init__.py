@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from trainer_core.base.config import pack_setting
+from trainer_core.base.parsers import boolean
 from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material, TrainerPack
 
 if TYPE_CHECKING:
@@ -23,6 +25,7 @@ TEACHER = Material(
     hint="needs ~34 GB of combined GPU + CPU memory to run")
 SIGVQ = Material("sigvq", "SigVQ vision encoder (exported beside the adapter)", "hf_snapshot",
                  repo="inclusionAI/LLaDA-Image-Turbo", patterns=("sigvq/*",), subdir="LLaDA-Image-Turbo",
+                 wanted_if="export.export_sigvq",
                  required=False, size_hint="~2.4 GB")
 
 
@@ -165,7 +168,8 @@ PACK = LLaDAPack(
     reference_dims={"out_dim": OUT_DIM, "num_queries": NUM_QUERIES},
     ggk_model_args="--diffusion-model LLaDA-image-turbo-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --llm_vision {sigvq}",
-    extra_settings=("export.export_sigvq",),
+    settings=(pack_setting("export.export_sigvq", True, boolean,
+                           "also write the SigVQ vision file the engine's --llm_vision reads for this adapter"),),
     # LLaDA's mock rows are 1.3 MB a prompt, so its corpus is smaller; they are learnt slowly at the
     # recipe's 2e-4 in 200 steps
     demo_settings=("corpus.n_train=96", "corpus.n_val=32", "precompute.shard_size=48",

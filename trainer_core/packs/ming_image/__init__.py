@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from trainer_core.base.config import pack_setting
 from trainer_core.base.errors import ModelFileError
+from trainer_core.base.parsers import boolean, choice, count
+from trainer_core.packs.common.slot_settings import SLOT_SETTINGS
 from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material
 from trainer_core.packs.common.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
 
@@ -85,6 +88,28 @@ class MingPack(VisionPack):
             return layer_prompt(caption, n, style)
         except ValueError:
             return layer_prompt("", n, style)
+
+    def corpus_draws(self, c: Any, rng: Any, val: list[Any], train: list[Any], entries: Any) -> dict[str, int]:
+        """corpus.n_val_layer / n_layer single-image samples of each split take a layer-decomposition
+        instruction over one of their image's captions (Ming-Image-Layer reads the layer count from the
+        prompt); at 0 nothing is drawn."""
+        from trainer_core.contract.image_corpus import Sample, clean
+        layered = {"val": 0, "train": 0}
+        for name, split, n in (("val", val, c.n_val_layer), ("train", train, c.n_layer)):
+            if not n:
+                continue
+            singles = [row for row, sample in enumerate(split) if len(sample.images) == 1]
+            for row in rng.sample(singles, min(n, len(singles))):
+                caps = entries[split[row].images[0]].captions
+                split[row] = Sample(self.layer_prompt(rng, clean(rng.choice(caps)) if caps else ""),
+                                    split[row].images, split[row].klein)
+                layered[name] += 1
+        return {"layer": layered["train"], "val_layer": layered["val"]}
+
+    def corpus_notes(self, counts: Mapping[str, int]) -> list[str]:
+        if not (counts.get("layer") or counts.get("val_layer")):
+            return []
+        return [f"{counts['layer']} train and {counts['val_layer']} val samples ask for a layer decomposition"]
 
     # ------------------------------------------------------------ teacher
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
@@ -288,7 +313,7 @@ PACK = MingPack(
                        "student_batch": 0, "student_tok_budget": 0, "vis_tok_budget": 0, "teacher_mode": "auto"},
         "train": {"width": 1024, "depth": 6, "steps": 20000, "batch_size": 32, "seed_rank": 512, "max_slots": 1280,
                   "batch_tokens": 20480, "sigma_floor": 0.03},
-        "export": {"export_sigvq": False, "export_vision": True, "vision_quant": "f16"},
+        "export": {"export_vision": True, "vision_quant": "f16"},
     },
     export_kvs={
         "adapter.qwen_hidden_source": "final_norm",
@@ -308,9 +333,23 @@ PACK = MingPack(
     ggk_edit_args="",             # ggk_command already names the edit and layers lines
     reference_dims={"out_dim": OUT_DIM, "cap_dim": CAP_DIM, "vis_dim": VIS_DIM, "seed_vocab": SEED_VOCAB,
                     "num_queries": N_CAP},
-    extra_settings=("train.seed_rank", "train.max_slots", "corpus.n_layer", "corpus.n_val_layer",
-                    "export.export_vision", "export.vision_quant", "export.vis_bridge", "export.vis_bridge_steps",
-                    "export.vis_bridge_width", "export.vis_bridge_depth", "export.vis_bridge_images"),
+    settings=(*SLOT_SETTINGS,
+              pack_setting("corpus.n_layer", 0, count(0), "training image samples whose instruction asks for a layer "
+                           "decomposition (Ming-Image-Layer: \"Decompose this image into N layers\")"),
+              pack_setting("corpus.n_val_layer", 0, count(0),
+                           "validation image samples with a layer-decomposition instruction"),
+              pack_setting("export.export_vision", True, boolean,
+                           "also write the teacher's vision tower as a GGUF for editing (pig_ming_vision)"),
+              pack_setting("export.vision_quant", "f16", choice("f16", "q8_0"), "the vision GGUF's weights"),
+              pack_setting("export.vis_bridge", True, boolean, "fit the adapter's vis_bridge when a stock Qwen2.5-VL "
+                           "mmproj is picked, so that file can stand in for pig_ming_vision"),
+              pack_setting("export.vis_bridge_steps", 2000, count(maximum=1_000_000),
+                           "vis_bridge fitting steps (one image each)"),
+              pack_setting("export.vis_bridge_width", 1024, count(64, multiple_of=64),
+                           "vis_bridge width, a multiple of 64"),
+              pack_setting("export.vis_bridge_depth", 2, count(0), "vis_bridge blocks (0 = a linear map)"),
+              pack_setting("export.vis_bridge_images", 256, count(),
+                           "input images of the train shards the vis_bridge fits on")),
     # the demo: every image comes out at the engine's 672² area (576 slots), so the demo keeps images
     # few and its run under a minute on 2 cores; 768 slots hold an image and its prompt
     demo_settings=(*IMAGE_DEMO_SETTINGS, "corpus.n_two=0", "corpus.n_image=16", "corpus.n_text=32",

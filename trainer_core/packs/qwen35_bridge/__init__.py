@@ -18,7 +18,10 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from trainer_core.base.config import pack_setting
 from trainer_core.base.errors import ModelFileError
+from trainer_core.base.parsers import boolean, count
+from trainer_core.packs.common.slot_settings import SLOT_SETTINGS
 from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material
 from trainer_core.packs.common.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
 
@@ -178,6 +181,16 @@ class BridgePack(VisionPack):
         return samples
 
     # ------------------------------------------------------------ train / export
+    def corpus_draws(self, c: Any, rng: Any, val: list[Any], train: list[Any], entries: Any) -> dict[str, int]:
+        """corpus.n_val_klein / n_klein samples of each split (image and text alike) also get a FLUX.3 Klein
+        target; at 0 nothing is drawn."""
+        from trainer_core.contract.image_corpus import Sample
+        for split, n in ((val, c.n_val_klein), (train, c.n_klein)):
+            if n:
+                for row in rng.sample(range(len(split)), min(n, len(split))):
+                    split[row] = Sample(split[row].text, split[row].images, True)
+        return {}
+
     def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
                        ) -> "AdapterConfig":
         from trainer_core.contract.kinds import AdapterConfig
@@ -277,7 +290,6 @@ PACK = BridgePack(
                        "student_batch": 0, "student_tok_budget": 0, "vis_tok_budget": 0, "teacher_mode": "auto"},
         "train": {"width": 1024, "depth": 6, "steps": 20000, "batch_size": 32, "seed_rank": 384, "max_slots": 2304,
                   "klein_head": True, "bank_slots": 240, "batch_tokens": 20480, "sigma_floor": 0.03},
-        "export": {"export_sigvq": False},
     },
     export_kvs={
         "adapter.qwen_hidden_source": "final_norm",
@@ -298,8 +310,14 @@ PACK = BridgePack(
     ggk_args=("--llm {student} --llm-adapter {gguf} --llm_vision mmproj-qwen3.5-9b-f16.gguf --ref-image sheep.png "
               "--sampling-method euler --diffusion-fa"),
     reference_dims={"out_dim": OUT_DIM, "vis_dim": VIS_DIM, "seed_vocab": SEED_VOCAB, "bank_dim": BANK_DIM},
-    extra_settings=("train.seed_rank", "train.max_slots", "train.klein_head", "train.bank_slots", "corpus.n_klein",
-                    "corpus.n_val_klein"),
+    settings=(*SLOT_SETTINGS,
+              pack_setting("train.klein_head", True, boolean,
+                           "also train the FLUX.3 Klein bank (the prompt upsampler's target)"),
+              pack_setting("train.bank_slots", 240, count(80, multiple_of=80),
+                           "rows of the Klein bank, a multiple of 80"),
+              pack_setting("corpus.n_klein", 0, count(0),
+                           "training samples (image and text alike) that also get a FLUX.3 Klein target"),
+              pack_setting("corpus.n_val_klein", 0, count(0), "validation samples with a FLUX.3 Klein target")),
     # the demo's references at their own size or 256²: 64-ish tokens each, the whole run in ~35 s
     demo_settings=(*IMAGE_DEMO_SETTINGS, "corpus.n_klein=40", "corpus.n_val_klein=8",
                    "corpus.ref_areas=[[0, 0.7], [65536, 0.3]]", "train.seed_rank=16", "train.max_slots=640",

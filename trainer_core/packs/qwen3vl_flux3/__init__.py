@@ -211,7 +211,6 @@ PACK = Flux3Pack(
                        "student_batch": 0, "student_tok_budget": 0, "teacher_mode": "auto"},
         "train": {"width": 1024, "depth": 4, "steps": 20000, "batch_size": 32, "sigma_floor": 0.05,
                   "batch_tokens": 8192},
-        "export": {"export_sigvq": False},
     },
     export_kvs={
         "adapter.qwen_hidden_source": "final_norm",

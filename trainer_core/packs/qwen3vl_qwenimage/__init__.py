@@ -50,7 +50,6 @@ PACK = VisionPack(
             "student_tok_budget": 0, "vis_tok_budget": 0, "teacher_mode": "auto",
         },
         "train": {"depth": 4},
-        "export": {"export_sigvq": False},
     },
     export_kvs={
         "adapter.qwen_hidden_source": "final_norm",

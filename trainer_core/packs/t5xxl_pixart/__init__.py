@@ -43,7 +43,6 @@ PACK = T5EncoderPack(
             "teacher_batch": 0, "tok_budget": 0, "student_batch": 0, "teacher_mode": "auto",
         },
         "train": {"depth": 6, "sigma_floor": 0.03},
-        "export": {"export_sigvq": False},
     },
     export_kvs={
         "adapter.t5_vocab": T5_VOCAB,
