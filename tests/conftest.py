@@ -9,12 +9,20 @@ from pathlib import Path
 
 import pytest
 
+import demo_cache
+
 REPO = Path(__file__).resolve().parent.parent
 
 # huggingface_hub and datasets read HF_HUB_OFFLINE once, when first imported — which may happen while
 # test modules are collected, before any fixture runs. Offline from the start, then; the tests that
 # talk to the loopback Hub switch huggingface_hub's constant on for themselves.
 os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _demo_cache(tmp_path_factory):
+    """The session's shared demo projects (tests/demo_cache.py) live under its base temp folder."""
+    demo_cache.configure(tmp_path_factory)
 
 
 @pytest.fixture(autouse=True)

@@ -34,6 +34,7 @@ from typing import Any, Callable
 from trainer_core.base.atomic import atomic_write_json, read_json
 from trainer_core.base.diskspace import free_bytes, human
 from trainer_core.base.errors import TrainerError
+from trainer_core.contract.placement import card_budget_gib
 from trainer_core.contract import checkpoints
 from trainer_core.plan_estimate import SOURCE as ESTIMATE
 from trainer_core.plan_estimate import placement, rough_stages, teacher_bytes
@@ -354,9 +355,10 @@ def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> lis
     weights = teacher_bytes(project)
     if weights and not project.settings.precompute.mock_teacher:
         mode = getattr(project.settings.precompute, project.pack.teacher_control, "auto")
-        need = weights + 3 * 2**30
-        budget = project.settings.precompute.gpu_mem_gib * 2**30 or (
-            hw["gpus"][0]["memory_bytes"] - int(1.5 * 2**30) if hw["gpus"] else 0)
+        need_gib = project.pack.teacher_need_gib(project)        # the teacher's own figure (contract/placement.py)
+        need = int(need_gib * 2**30) if need_gib is not None else weights + 3 * 2**30
+        budget = int(card_budget_gib(hw["gpus"][0]["memory_bytes"] / 2**30,
+                                     project.settings.precompute.gpu_mem_gib) * 2**30) if hw["gpus"] else 0
         if hw["gpus"] and mode == "gpu" and need > budget:
             out.append(f"The teacher does not fit the card: teacher_mode=gpu needs ~{human(need)} on the GPU but the "
                        f"budget is {human(budget)}; set precompute.teacher_mode=offload (the weights stay in RAM "

@@ -1,10 +1,11 @@
 """The plan before a calibration: the placement the settings give on the hardware found, and rough
 figures from the pack's shapes and the throughputs the benches measured (bench/RESULTS.md).
 
-Placement follows the teachers' own rules: `teacher_mode` auto is `gpu` when the card's budget
-(precompute.gpu_mem_gib, else its total − 1.5 GiB) holds the weights + 3 GiB, else `offload`
-(the weights stay in RAM and stream through the card); LLaDA's `placement` fills the chosen card,
-then the other cards, then CPU RAM (`sequential`), or splits evenly (`balanced`).
+Placement is the teachers' own rule (contract/placement.py): `teacher_mode` auto is `gpu` when the card's
+budget (precompute.gpu_mem_gib, else its total − 1.5 GiB) holds what the pack's teacher says it needs
+resident (`TrainerPack.teacher_need_gib`: its weights plus the pack's headroom), else `offload` (the
+weights stay in RAM and stream through the card); a pack placed by `placement` fills the chosen card, then
+the other cards with room, then CPU RAM (`sequential`), or splits evenly (`balanced`).
 
 Rough times: FLOPs over a machine's matmul rate times the efficiency the benches measured — the
 train stage ran at 20 % of the matmul peak on an H200 and 33 % on the 2-core VM; precompute
@@ -18,6 +19,7 @@ import re
 from typing import Any
 
 from trainer_core.base.diskspace import human
+from trainer_core.contract.placement import card_budget_gib, card_budgets, teacher_mode
 from trainer_core.project import Project
 
 __all__ = ["placement", "rough_stages", "teacher_bytes", "SOURCE"]
@@ -77,7 +79,7 @@ def _student_params(project: Project) -> float:
 
 
 def _budget(hw: dict[str, Any], gpu_mem_gib: float) -> int:
-    return int(gpu_mem_gib * 2**30) if gpu_mem_gib > 0 else max(2**30, hw["gpus"][0]["memory_bytes"] - int(1.5 * 2**30))
+    return int(card_budget_gib(hw["gpus"][0]["memory_bytes"] / 2**30, gpu_mem_gib) * 2**30)
 
 
 def placement(project: Project, hw: dict[str, Any]) -> tuple[str, dict[str, int]]:
@@ -95,7 +97,9 @@ def placement(project: Project, hw: dict[str, Any]) -> tuple[str, dict[str, int]
     if project.pack.teacher_control == "placement":
         shares: dict[int, int] = {}
         left = weights
-        cards = [(gpu["index"], budget)] + [(g["index"], g["memory_bytes"] - int(1.5 * 2**30)) for g in hw["gpus"][1:]]
+        totals = {g["index"]: g["memory_bytes"] / 2**30 for g in hw["gpus"]}
+        rooms = card_budgets(gpu["index"], [totals.get(i, 0.0) for i in range(max(totals) + 1)], p.gpu_mem_gib)
+        cards = [(index, int(gib * 2**30)) for index, gib in rooms.items()]
         if p.placement == "balanced":
             for index, room in cards:
                 shares[index] = min(room, weights // len(cards))
@@ -107,9 +111,10 @@ def placement(project: Project, hw: dict[str, Any]) -> tuple[str, dict[str, int]
         where = ", ".join(f"{human(v)} on GPU {k}" for k, v in shares.items() if v)
         ram = f", {human(left)} in CPU RAM (accelerate hooks)" if left > 0 else ""
         return f"teacher placement={p.placement}: {where or 'nothing on the GPUs'}{ram}; {train}", shares
-    mode = p.teacher_mode
-    if mode == "auto":
-        mode = "gpu" if budget >= weights + 3 * 2**30 else "offload"
+    need = project.pack.teacher_need_gib(project)       # what the pack's teacher itself compares
+    if need is None:                                     # no files yet: the size hint and the usual headroom
+        need = weights / 2**30 + 3.0
+    mode = teacher_mode(p.teacher_mode, True, budget / 2**30, need)
     if mode == "gpu":
         return (f"teacher_mode {p.teacher_mode} → gpu: the teacher's ~{human(weights)} resident on GPU {gpu['index']} "
                 f"({gpu['name']}, budget {human(budget)}); {train}"), {gpu["index"]: weights}

@@ -35,11 +35,12 @@ def is_big_card(device: torch.device) -> bool:
 
 def gpu_budget_gib(device: torch.device, setting: float) -> float:
     """The teacher's GPU budget: the setting, or (0) the card's total minus 1.5 GiB, at least 1."""
+    from trainer_core.contract.placement import card_budget_gib
     if setting > 0:
         return setting
     if device.type != "cuda":
         return 0.0
-    return max(1.0, torch.cuda.get_device_properties(device).total_memory / 2**30 - 1.5)
+    return card_budget_gib(torch.cuda.get_device_properties(device).total_memory / 2**30, setting)
 
 
 def cpu_budget_gib(setting: float) -> float:

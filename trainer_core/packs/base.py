@@ -32,9 +32,11 @@ the real shapes and the tiny ones of the tests and the demo. See docs/PACKS.md.
 """
 from __future__ import annotations
 
+import importlib
+
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from trainer_core.base.config import PackSetting
 from trainer_core.base.errors import StageNotAvailableError, UsageError
@@ -185,6 +187,23 @@ class TrainerPack:
         engine's tokenizer reads it (the attention syntax removed; the weights scale rows after
         the adapter, so the target is the unweighted one)."""
         return self.format_prompt(plain_text(text) if text else text)
+
+    # The module of the pack's teacher. Placed by `precompute.teacher_mode`, it defines
+    # `choose_mode(root, mode, device, gpu_mem_gib)`, what the teacher takes, and `resident_need_gib(root)`,
+    # the GiB a resident teacher needs on the card; placed by `precompute.placement`, `placement_plan`
+    # (contract/placement.py's rules; the plan asks the same).
+    teacher_module: ClassVar[str] = ""
+
+    def teacher_need_gib(self, project: "ProjectFolder") -> float | None:
+        """GiB the pack's teacher needs on a card to stay resident (its weights there plus the pack's headroom),
+        the figure its `teacher_mode=auto` compares with the card's budget; None when the pack places its
+        teacher otherwise or its files are not on disk."""
+        if not self.teacher_module or self.teacher_control != "teacher_mode":
+            return None
+        root = self.resolve_material(project, "teacher")
+        if root is None or not Path(root).exists():
+            return None
+        return float(importlib.import_module(self.teacher_module).resident_need_gib(root))
 
     def teacher_material_ids(self, project: "ProjectFolder") -> tuple[str, ...]:
         """The materials precompute loads as models (their weights count in the plan)."""

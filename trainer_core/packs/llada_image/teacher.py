@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainer_core.contract.placement import card_budgets
 from trainer_core.base.errors import ModelFileError, UsageError
 from trainer_core.packs.llada_image.template import MAX_LEN_TEACHER
 from trainer_core.packs.common.rope_guard import check_rope_tables, default_rope, repair_rope_tables
@@ -55,7 +56,6 @@ QUERYFORMER_DEFAULTS = {"hidden_size": 2048, "num_queries": 256, "num_attention_
 TEXT_PROJECTION_DEFAULTS = {"hidden_size": 2048, "intermediate_size": 8960, "num_attention_heads": 32,
                             "norm_eps": 1e-6, "num_hidden_layers": 6, "projection_dim": 2560}
 WEIGHTS_FILE = "diffusion_pytorch_model.safetensors"
-_OTHER_GPU_MIN_GIB = 2.0     # another CUDA card joins the placement when (total − 1.5 GiB) exceeds this
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -294,13 +294,8 @@ def placement_plan(device: torch.device, placement: str, gpu_mem_gib: float, cpu
     if device.type != "cuda":
         return None, None
     chosen = device.index or 0
-    memory: dict[Any, str] = {}
-    for index, total in enumerate(cuda_totals_gib):
-        if index == chosen:
-            memory[index] = f"{gpu_mem_gib if gpu_mem_gib > 0 else max(1.0, total - 1.5):.1f}GiB"
-        elif total - 1.5 > _OTHER_GPU_MIN_GIB:
-            memory[index] = f"{total - 1.5:.1f}GiB"
-    memory = {chosen: memory[chosen], **{k: v for k, v in memory.items() if k != chosen}}
+    memory: dict[Any, str] = {index: f"{gib:.1f}GiB"
+                              for index, gib in card_budgets(chosen, cuda_totals_gib, gpu_mem_gib).items()}
     memory["cpu"] = f"{cpu_budget_gib(cpu_mem_gib):.1f}GiB"
     return placement, memory
 

@@ -67,6 +67,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class MingPack(VisionPack):
+    teacher_module = "trainer_core.packs.ming_image.teacher"
     """A VisionPack for its image corpus and reading of samples; the seeded-slot trunk of the Qwen3.5
     bridge (its seed table) with Ming's caption bank."""
 

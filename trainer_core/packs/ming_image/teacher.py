@@ -59,6 +59,19 @@ def _grid(image: np.ndarray) -> tuple[int, int]:
     return image.shape[0] // FACTOR, image.shape[1] // FACTOR
 
 
+def resident_need_gib(root: str | os.PathLike) -> float:
+    """What a resident Ming teacher needs on the card (TrainerPack.teacher_need_gib): its weights plus the
+    Qwen3-VL teachers' headroom."""
+    from trainer_core.packs.common.qwen3vl.teacher import RESIDENT_HEADROOM_GIB
+    return weights_gib(root) + RESIDENT_HEADROOM_GIB
+
+
+def choose_mode(root: str | os.PathLike, mode: str, device: torch.device, gpu_mem_gib: float) -> str:
+    """The placement MingTeacher takes for the snapshot at `root` (the plan asks the same rule)."""
+    from trainer_core.packs.common.qwen3vl.teacher import resolve_mode
+    return resolve_mode(mode, device, gpu_mem_gib, weights_gib(root))
+
+
 class MingTeacher:
     """The real teacher from a Ming-Image snapshot folder (see the module docstring)."""
 
@@ -67,7 +80,6 @@ class MingTeacher:
                  log: Callable[[str], None] | None = None):
         from tokenizers import Tokenizer
 
-        from trainer_core.packs.common.qwen3vl.teacher import resolve_mode
         self.root, self.device = Path(root), torch.device(device)
         self.notes: list[str] = []
         note = log or self.notes.append
@@ -77,8 +89,7 @@ class MingTeacher:
         except Exception as e:  # noqa: BLE001 — the tokenizers library raises plain Exception subclasses
             raise ModelFileError(f"The Ling tokenizer {path} cannot be loaded ({e}); download {REPO} again.") from None
         self.encode = encoder(self.tokenizer)
-        gib = weights_gib(self.root)
-        self.mode = resolve_mode(mode, self.device, gpu_mem_gib, gib)
+        self.mode = choose_mode(self.root, mode, self.device, gpu_mem_gib)
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         here = self.device if self.mode == "gpu" else torch.device("cpu")
         self.parts = load_ming_parts(self.root, self.dtype, here)
@@ -97,7 +108,7 @@ class MingTeacher:
         self.vis_dim, self.num_queries = self.vision.hidden, self.parts.num_queries
         note(f"Ming teacher: thinker {self.parts.thinker.config.num_hidden_layers} layers, caption rows "
              f"{self.num_queries} × {self.cap_dim}, direct rows {self.out_dim}-d, vision rows {self.vis_dim}-d "
-             f"({gib:.1f} GiB bf16), {self.mode} on {self.device}")
+             f"({weights_gib(self.root):.1f} GiB bf16), {self.mode} on {self.device}")
 
     @property
     def exec_device(self) -> torch.device:

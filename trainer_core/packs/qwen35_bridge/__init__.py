@@ -53,6 +53,7 @@ KLEIN_ENCODER = Material(
 
 @dataclass(frozen=True)
 class BridgePack(VisionPack):
+    teacher_module = "trainer_core.packs.qwen35_bridge.teacher"
     """A VisionPack for its image corpus, reading of samples and materials; everything else its own."""
 
     invalidating: tuple[str, ...] = ("train.max_slots", "train.klein_head", "train.bank_slots")

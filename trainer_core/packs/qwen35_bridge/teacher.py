@@ -33,7 +33,8 @@ from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.batching import pad_batch
 from trainer_core.packs.qwen35_bridge.template import (FACTOR, FIRST_SPECIAL_ID, IMAGE_PAD, PAD_ID, SPECIAL_TOKENS,
                                                        merged_tokens, patchify)
-from trainer_core.packs.common.qwen3vl.teacher import check_rope, image_batches, resolve_mode, text_weights_gib
+from trainer_core.packs.common.qwen3vl.teacher import (RESIDENT_HEADROOM_GIB, check_rope, image_batches, resolve_mode,
+                                                      text_weights_gib)
 
 __all__ = ["Qwen35Teacher", "MockQwen35Teacher", "tokenizer_arrays", "AUDIO_TOKENS", "Sample"]
 
@@ -41,6 +42,16 @@ Sample = tuple[Sequence[int], Sequence[np.ndarray]]     # (template ids, its ref
 AUDIO_TOKENS = SPECIAL_TOKENS[26:]                      # <|audio_start|> … <|audio_pad|>, missing from some files
 _REPO = "Qwen/Qwen3.5-9B"
 _EXTRA_HEADROOM_GIB = 1.0                               # resolve_mode keeps 3 GiB; the 9B wants 4
+
+
+def resident_need_gib(root: str | os.PathLike) -> float:
+    """What a resident Qwen3.5 teacher needs on the card (TrainerPack.teacher_need_gib): text stack + 4 GiB."""
+    return text_weights_gib(root) + RESIDENT_HEADROOM_GIB + _EXTRA_HEADROOM_GIB
+
+
+def choose_mode(root: str | os.PathLike, mode: str, device: torch.device, gpu_mem_gib: float) -> str:
+    """The placement Qwen35Teacher takes for the snapshot at `root` (the plan asks the same rule)."""
+    return resolve_mode(mode, device, gpu_mem_gib, text_weights_gib(root) + _EXTRA_HEADROOM_GIB)
 
 
 def _load(root: Path, dtype: torch.dtype) -> tuple[Any, Any]:
@@ -88,8 +99,7 @@ class Qwen35Teacher:
             raise ModelFileError(f"The teacher's vision tower declares deepstack levels "
                                  f"{list(vision.deepstack_visual_indexes)}; Qwen3.5 has none and the engine uses "
                                  f"none, so this is not {_REPO}.")
-        text_gib = text_weights_gib(self.root)
-        self.mode = resolve_mode(mode, self.device, gpu_mem_gib, text_gib + _EXTRA_HEADROOM_GIB)
+        self.mode = choose_mode(self.root, mode, self.device, gpu_mem_gib)
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.tokenizer, model = _load(self.root, self.dtype)
         model.eval().requires_grad_(False)
@@ -106,8 +116,8 @@ class Qwen35Teacher:
             if self.mode == "cpu":
                 torch.set_num_threads(os.cpu_count() or 1)
         self.model = model
-        note(f"Qwen3.5 teacher: text {self.out_dim}-d ({text_gib:.1f} GiB), vision rows {self.vis_dim}-d, "
-             f"{self.mode} on {self.device}")
+        note(f"Qwen3.5 teacher: text {self.out_dim}-d ({text_weights_gib(self.root):.1f} GiB), vision rows "
+             f"{self.vis_dim}-d, {self.mode} on {self.device}")
 
     @property
     def exec_device(self) -> torch.device:

@@ -46,6 +46,7 @@ def _tap_text(taps: tuple[int, ...]) -> str:
 
 @dataclass(frozen=True)
 class Flux3Pack(TrainerPack):
+    teacher_module = "trainer_core.packs.qwen3vl_flux3.teacher"
     budget_scale: float = 0.5
 
     def student_chunks(self, text: str) -> list[str]:

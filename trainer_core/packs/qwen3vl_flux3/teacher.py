@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import torch
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.packs.common.qwen3vl.teacher import check_rope, load_snapshot, resolve_mode, text_weights_gib
+from trainer_core.packs.common.qwen3vl.teacher import check_rope, choose_mode, load_snapshot, resident_need_gib
 from trainer_core.packs.qwen3vl_flux3.template import PAD_ID, padded_batch, taps_for
 
 __all__ = ["KleinTeacher", "MockKleinTeacher"]
@@ -46,7 +46,7 @@ class KleinTeacher:
                                  "again.") from None
         self.taps = taps_for(n_layers)
         self.out_dim = self.layer_dim * len(self.taps)
-        self.mode = resolve_mode(mode, self.device, gpu_mem_gib, text_weights_gib(self.root))
+        self.mode = choose_mode(self.root, mode, self.device, gpu_mem_gib)
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.tokenizer, model = load_snapshot(self.root, self.dtype)
         lm = getattr(model, "language_model", None)

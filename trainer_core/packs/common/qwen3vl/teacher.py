@@ -27,18 +27,20 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from trainer_core.contract import placement
 from trainer_core.contract.batching import pad_batch
 from trainer_core.contract.devices import gpu_budget_gib, is_big_card
-from trainer_core.base.errors import ModelFileError, UsageError
+from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.common.qwen3vl.vision_data import FACTOR, MERGE, PATCH, TEMPORAL, merged_tokens, patchify
 from trainer_core.packs.common.rope_guard import RopeError, table_problem
 
-__all__ = ["VISION_BUDGETS", "auto_budgets", "text_weights_gib", "resolve_mode", "Qwen3VLTeacher",
+__all__ = ["VISION_BUDGETS", "auto_budgets", "text_weights_gib", "resolve_mode", "resident_need_gib", "choose_mode",
+           "RESIDENT_HEADROOM_GIB", "Qwen3VLTeacher",
            "MockVisionTeacher", "image_batches", "PAD_ID", "VisionOut", "mrope_positions", "Qwen3VLFullTeacher",
            "load_snapshot", "check_rope"]
 
 PAD_ID = 151643                     # <|endoftext|>: right padding of the teacher's batches
-_RESIDENT_HEADROOM_GIB = 3.0
+RESIDENT_HEADROOM_GIB = 3.0
 # §A.5 (big card / small card), scaled by the pack's budget_scale
 VISION_BUDGETS = {"teacher_batch": (512, 128), "tok_budget": (65536, 12288), "student_batch": (256, 64),
                   "student_tok_budget": (131072, 24576), "vis_tok_budget": (8192, 1024)}
@@ -62,13 +64,20 @@ def text_weights_gib(root: str | os.PathLike) -> float:
 
 
 def resolve_mode(mode: str, device: torch.device, gpu_mem_gib: float, text_gib: float) -> str:
-    if mode not in ("auto", "gpu", "offload"):
-        raise UsageError(f"The teacher mode {mode!r} is not known; choose auto, gpu or offload.")
-    if device.type != "cuda":
-        return "cpu"
-    if mode != "auto":
-        return mode
-    return "gpu" if gpu_budget_gib(device, gpu_mem_gib) >= text_gib + _RESIDENT_HEADROOM_GIB else "offload"
+    """contract/placement.py's rule with `text_gib` of weights on the card plus 3 GiB of headroom."""
+    cuda = device.type == "cuda"
+    budget = gpu_budget_gib(device, gpu_mem_gib) if cuda and mode == "auto" else 0.0
+    return placement.teacher_mode(mode, cuda, budget, text_gib + RESIDENT_HEADROOM_GIB)
+
+
+def resident_need_gib(root: str | os.PathLike) -> float:
+    """What a resident Qwen3-VL teacher needs on the card (TrainerPack.teacher_need_gib): its text stack + 3 GiB."""
+    return text_weights_gib(root) + RESIDENT_HEADROOM_GIB
+
+
+def choose_mode(root: str | os.PathLike, mode: str, device: torch.device, gpu_mem_gib: float) -> str:
+    """The placement a Qwen3-VL teacher takes for the snapshot at `root` (the plan asks the same rule)."""
+    return resolve_mode(mode, device, gpu_mem_gib, text_weights_gib(root))
 
 
 def image_batches(tokens: Sequence[int], budget: int) -> list[list[int]]:
@@ -137,7 +146,7 @@ class Qwen3VLTeacher:
             raise ModelFileError(f"The teacher's vision tower uses patch {geometry[0]}, merge {geometry[1]} and "
                                  f"temporal {geometry[2]}; the engine's MageFlow path needs 16, 2 and 2.")
         self.vis_dim, self.out_dim = int(vision.out_hidden_size), int(text.hidden_size)
-        self.mode = resolve_mode(mode, self.device, gpu_mem_gib, text_weights_gib(self.root))
+        self.mode = choose_mode(self.root, mode, self.device, gpu_mem_gib)
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.tokenizer, model = load_snapshot(self.root, self.dtype)
         if not hasattr(model, "visual") or not hasattr(model, "language_model"):

@@ -76,6 +76,7 @@ _T2I_TEXT, _EDIT_TEXT, _IMAGE_TOKENS = 21, 20, 144
 
 @dataclass(frozen=True)
 class VisionPack(TrainerPack):
+    teacher_module = "trainer_core.packs.common.qwen3vl.teacher"
     contract: str = "mageflow_edit"           # "mageflow_edit" | "qwen_image_2_1"
     tap: str = "final_norm"                   # "final_norm" | "pre_norm_last_layer" (the full HF forward)
     supervise: str = "all"                    # "all" | "consumed_text"

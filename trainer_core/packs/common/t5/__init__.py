@@ -23,6 +23,7 @@ T5_WINDOW = 120  # the caption window = the seeded queries (teacher.T5_WINDOW)
 
 @dataclass(frozen=True)
 class T5EncoderPack(TrainerPack):
+    teacher_module = "trainer_core.packs.common.t5.teacher"
     """The hooks of a T5-encoder pack: its declaration names the teacher material ("teacher")."""
 
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:

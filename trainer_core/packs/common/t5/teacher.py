@@ -21,14 +21,16 @@ from typing import Sequence
 
 import torch
 
+from trainer_core.contract import placement
 from trainer_core.contract.batching import greedy_batches
 from trainer_core.contract.devices import gpu_budget_gib, is_big_card
 from trainer_core.contract.engine_t5 import EOS_ID, PAD_ID, EngineT5
-from trainer_core.base.errors import ModelFileError, UsageError
+from trainer_core.base.errors import ModelFileError
 
 __all__ = [
     "T5_WINDOW", "T5_EOS", "T5_PAD", "TEACHER_MODES", "load_t5_tokenizer", "seed_windows",
-    "teacher_weights_gib", "resolve_teacher_mode", "T5Teacher", "MockT5Teacher", "auto_budgets",
+    "teacher_weights_gib", "resolve_teacher_mode", "resident_need_gib", "choose_mode", "T5Teacher", "MockT5Teacher",
+    "auto_budgets",
     "greedy_batches",
 ]
 
@@ -36,7 +38,7 @@ T5_WINDOW = 120      # PixArt's caption length: slots per prompt (y_embedding is
 T5_EOS = EOS_ID      # </s> (1), appended after the pieces; the last real slot
 T5_PAD = PAD_ID      # <pad> (0), fills the window after EOS
 
-TEACHER_MODES = ("auto", "gpu", "offload")
+TEACHER_MODES = placement.TEACHER_MODES
 _RESIDENT_HEADROOM_GIB = 2.5   # activations and the CUDA context next to the resident weights
 _ASSUMED_WEIGHTS_GIB = 9.5     # T5-XXL v1.1 encoder in bf16, when the file is not there to measure
 
@@ -81,19 +83,21 @@ def teacher_weights_gib(root: str | os.PathLike) -> float:
 
 def resolve_teacher_mode(mode: str, device: torch.device, gpu_mem_gib: float, weights_gib: float) -> str:
     """"gpu" (resident on a CUDA card), "offload" (weights in RAM, streamed layer by layer to
-    the device) or "cpu" (resident on the CPU). `auto` keeps the teacher resident when the GPU
-    budget holds its weights plus 2.5 GiB; `gpu_mem_gib` 0 means the card's total − 1.5 GiB."""
-    if mode not in TEACHER_MODES:
-        raise UsageError(f"The teacher mode {mode!r} is not known; choose one of "
-                         f"{', '.join(TEACHER_MODES)}.")
-    if mode == "offload":
-        return "offload"
-    if device.type != "cuda":
-        return "cpu"
-    if mode == "gpu":
-        return "gpu"
-    budget = gpu_budget_gib(device, gpu_mem_gib)
-    return "gpu" if budget >= weights_gib + _RESIDENT_HEADROOM_GIB else "offload"
+    the device) or "cpu" (resident on the CPU), by contract/placement.py's rule: `auto` keeps the teacher
+    resident when the GPU budget holds its weights plus 2.5 GiB; `gpu_mem_gib` 0 means the card's total − 1.5 GiB."""
+    cuda = device.type == "cuda"
+    budget = gpu_budget_gib(device, gpu_mem_gib) if cuda and mode == "auto" else 0.0
+    return placement.teacher_mode(mode, cuda, budget, weights_gib + _RESIDENT_HEADROOM_GIB)
+
+
+def resident_need_gib(root: str | os.PathLike) -> float:
+    """What a resident encoder needs on the card: its weights plus the headroom (TrainerPack.teacher_need_gib)."""
+    return teacher_weights_gib(root) + _RESIDENT_HEADROOM_GIB
+
+
+def choose_mode(root: str | os.PathLike, mode: str, device: torch.device, gpu_mem_gib: float) -> str:
+    """The placement T5Teacher takes for the snapshot at `root` (the plan asks the same rule)."""
+    return resolve_teacher_mode(mode, device, gpu_mem_gib, teacher_weights_gib(root))
 
 
 def auto_budgets(device: str | torch.device) -> dict[str, int]:
@@ -145,7 +149,7 @@ class T5Teacher(_WindowTeacher):
 
         self.root = Path(root)
         self.device = torch.device(device)
-        self.mode = resolve_teacher_mode(mode, self.device, gpu_mem_gib, teacher_weights_gib(self.root))
+        self.mode = choose_mode(self.root, mode, self.device, gpu_mem_gib)
         self.tokenizer = load_t5_tokenizer(self.root)
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         try:
