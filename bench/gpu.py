@@ -33,7 +33,7 @@ random T5 at T5-XXL's widths (4096-d, 64 heads, 10240 FFN); the corpus and the v
 first, then the train split is timed (`precompute_samples_per_s`). The last stdout line is one
 JSON object.
 
-    PYTHONPATH=. python bench/gpu.py --size real [--pack ID ...] [--prompts N] [--steps N] [--smoke]
+    PYTHONPATH=. python bench/gpu.py --size real [--pack ID ...] [--prompts N] [--steps N] [--smoke [--tiny]]
 
 `--size real`: every pack (t5xxl_pixart, llada_image, qwen3vl_mageflow, qwen3vl_qwenimage) at its
 published config, each in a child process of its own. The teacher is written with random bf16
@@ -49,7 +49,9 @@ and compiled, with FLOPs per step, the matmul peak and MFU as above. Per pack: `
 published config's count, on the meta device), `peak_memory` (ru_maxrss and max allocated per CUDA
 device, of the best placement), `train_20k_min`. `--smoke`: the same path on the CPU at one layer a
 stack (LLaDA: its dense layer and one MoE layer), one adapter block at batch 2, 2 steps, eager
-(the test suite runs it with --prompts 8 so the script cannot rot; its figures mean nothing).
+(`python -m pytest -m slow` runs it with --prompts 8 so the script cannot rot; its figures mean
+nothing). `--smoke --tiny`: that path at toy widths (the published layouts, vocabularies and expert
+routing kept), in seconds: the default test suite's run.
 """
 from __future__ import annotations
 
@@ -101,6 +103,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="--size real: the packs to measure (default all four)")
     parser.add_argument("--smoke", action="store_true",
                         help="--size real on the CPU at one layer per model, 2 steps, eager (the test suite's run)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="with --size real --smoke: toy widths, the same path in seconds (the default test run)")
     parser.add_argument("--one", choices=REAL_PACKS, help=argparse.SUPPRESS)      # a child process: one pack
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
@@ -108,6 +112,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--device cuda: torch sees no CUDA device here (use --device cpu)")
     if args.smoke and args.size != "real":
         parser.error("--smoke goes with --size real")
+    if args.tiny and not args.smoke:
+        parser.error("--tiny goes with --size real --smoke")
+    if args.tiny:
+        use_tiny_widths()
     if args.size == "real":
         if args.smoke and cuda:
             parser.error("--smoke runs on the CPU (--device cpu)")
@@ -370,6 +378,25 @@ LLADA2 = {"hidden": 2048, "layers": 20, "heads": 16, "head_dim": 128, "intermedi
           "num_queries": 256, "qf_heads": 16, "qf_inner": 8192, "proj_dim": 2560, "tp_layers": 6, "tp_heads": 32,
           "tp_inner": 8960}
 PIG_CLIP = {"hidden_size": 1024, "layers": 28, "heads": 16, "kv_heads": 8, "head_dim": 128, "intermediate": 3072}
+
+
+def use_tiny_widths() -> None:
+    """`--tiny`: the same configs at toy widths (the published layouts, vocabularies and expert routing kept),
+    so a smoke run takes the whole --size real path in seconds: what the default test suite runs."""
+    global T5_XXL, LLADA2, PIG_CLIP
+    T5_XXL = {**T5_XXL, "d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 2, "num_heads": 4}
+    text = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "hidden_size": 64, "intermediate_size": 128,
+            "rope_parameters": {**_QWEN3VL_TEXT["rope_parameters"], "mrope_section": [2, 3, 3]}}
+    vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
+              "deepstack_visual_indexes": [0]}
+    for pack, real in QWEN3VL.items():
+        QWEN3VL[pack] = {"text": {**real["text"], **text}, "vision": {**real["vision"], **vision}}
+    LLADA2 = {**LLADA2, "hidden": 64, "layers": 2, "heads": 4, "head_dim": 16, "intermediate": 128, "qf_heads": 4,
+              "qf_inner": 128, "proj_dim": 64, "tp_layers": 1, "tp_heads": 4, "tp_inner": 128,
+              "backbone": {**LLADA2["backbone"], "num_key_value_heads": 2, "num_experts": 8, "num_experts_per_tok": 2,
+                           "moe_intermediate_size": 32, "n_group": 2, "topk_group": 1}}
+    PIG_CLIP = {"hidden_size": 64, "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "intermediate": 128}
 # the image packs' corpus (a smoke run: small reference areas so the CPU gets through it)
 IMAGE_CORPUS = {"n_image": 0.5, "n_two": 0.05, "n_text": 0.45}
 SMOKE_AREAS = ("corpus.ref_areas=[[16384, 0.5], [36864, 0.5]]", "corpus.two_image_max_area=16384")
@@ -419,7 +446,7 @@ def write_real_teacher(pack: str, folder: Path, smoke: bool, texts: list[str]) -
         layers = 1 if smoke else T5_XXL["num_layers"]
         write_tiny_t5(folder, texts, d_model=T5_XXL["d_model"], layers=layers, heads=T5_XXL["num_heads"],
                       d_kv=T5_XXL["d_kv"], d_ff=T5_XXL["d_ff"], dtype=torch.bfloat16)
-        return f"T5-XXL v1.1 encoder widths, {layers} layer(s)"
+        return f"T5-XXL v1.1 encoder layout, {T5_XXL['d_model']}-d, {layers} layer(s)"
     if pack == "llada_image":
         c = LLADA2
         layers = 1 + c["backbone"]["first_k_dense_replace"] if smoke else c["layers"]
@@ -428,14 +455,15 @@ def write_real_teacher(pack: str, folder: Path, smoke: bool, texts: list[str]) -
                          qf_inner=c["qf_inner"], tp_layers=1 if smoke else c["tp_layers"], tp_heads=c["tp_heads"],
                          tp_inner=c["tp_inner"], vocab_size=c["vocab_size"], intermediate=c["intermediate"],
                          backbone=c["backbone"], dtype=torch.bfloat16)
-        return f"LLaDA2-MoE widths, {layers} backbone layer(s) (256 experts, 8 active)"
+        return (f"LLaDA2-MoE layout, {c['hidden']}-d, {layers} backbone layer(s) ({c['backbone']['num_experts']} "
+                f"experts, {c['backbone']['num_experts_per_tok']} active)")
     real = QWEN3VL[pack]
     text, vision = dict(real["text"]), dict(real["vision"])
     if smoke:
         text["num_hidden_layers"], vision["depth"], vision["deepstack_visual_indexes"] = 1, 1, [0]
     write_tiny_qwen3vl(folder, text=text, vision=vision, dtype=torch.bfloat16, max_shard_size="4GB")
     name = "Qwen3-VL-4B" if pack == "qwen3vl_mageflow" else "Qwen3-VL-8B"
-    return f"{name} widths, {text['num_hidden_layers']} text / {vision['depth']} vision layer(s)"
+    return f"{name} layout, {text['hidden_size']}-d, {text['num_hidden_layers']} text / {vision['depth']} vision layer(s)"
 
 
 def write_real_student(materials: Path, smoke: bool) -> tuple[Path, Path]:
@@ -456,8 +484,11 @@ def write_real_student(materials: Path, smoke: bool) -> tuple[Path, Path]:
 
 
 def write_real_models(pack: str, teacher: Path, materials: Path, smoke: bool,
-                      texts: list[str]) -> tuple[str, Path, Path]:
-    """(the teacher's description, the student GGUF, its tokenizer folder), all written."""
+                      texts: list[str], tiny: bool = False) -> tuple[str, Path, Path]:
+    """(the teacher's description, the student GGUF, its tokenizer folder), all written (in a spawned
+    process, which imports this module afresh: `tiny` sets the toy widths there too)."""
+    if tiny:
+        use_tiny_widths()
     return (write_real_teacher(pack, teacher, smoke, texts), *write_real_student(materials, smoke))
 
 
@@ -499,7 +530,7 @@ def bench_real_pack(pack: str, root: Path, args: argparse.Namespace) -> dict[str
     # written in a process of its own: building a 16B model's weights must not count in this one's peak RSS
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         out["teacher"], gguf, tokenizer = pool.submit(write_real_models, pack, teacher, materials, args.smoke,
-                                                      prompts).result()
+                                                      prompts, args.tiny).result()
     settings = [f"materials.teacher.path={teacher}", f"materials.student.path={gguf}",
                 f"materials.student_tokenizer.path={tokenizer}", f"precompute.device={args.device}",
                 f"train.device={args.device}"]
@@ -568,7 +599,8 @@ def real_train(project: Project, args: argparse.Namespace) -> dict[str, Any]:
     total = args.warmup + args.steps
     project.update_settings([f"train.steps={total}", f"train.log_every={args.log_every}",
                              f"train.val_every={total}", f"train.save_every={total}",
-                             *(("train.depth=1", "train.batch_size=2") if args.smoke else ())])
+                             *(("train.depth=1", "train.batch_size=2") if args.smoke else ()),
+                             *(("train.width=64",) if args.tiny else ())])
     device = torch.device(args.device)
     out: dict[str, Any] = {}
     modes = ["off"] + ([] if args.no_compile else ["on"])
@@ -597,7 +629,8 @@ def real_train(project: Project, args: argparse.Namespace) -> dict[str, Any]:
 def main_real(args: argparse.Namespace) -> int:
     """Each pack in a child process of its own (a 16B teacher's memory is gone before the next one
     loads, and each pack's peak memory is its own); one JSON line with an object per pack id."""
-    figures: dict[str, Any] = {"device": args.device, "size": "real", "smoke": args.smoke, "steps": args.steps,
+    figures: dict[str, Any] = {"device": args.device, "size": "real", "smoke": args.smoke, "tiny": args.tiny,
+                               "steps": args.steps,
                                "warmup": args.warmup, "prompts": args.prompts, "torch": torch.__version__}
     if args.device.startswith("cuda"):
         figures["gpu"] = torch.cuda.get_device_name(torch.device(args.device))
@@ -605,7 +638,7 @@ def main_real(args: argparse.Namespace) -> int:
     for pack in args.pack:
         command = [sys.executable, __file__, "--size", "real", "--one", pack, "--device", args.device,
                    "--steps", str(args.steps), "--warmup", str(args.warmup), "--prompts", str(args.prompts)]
-        command += ["--smoke"] * args.smoke + ["--no-compile"] * args.no_compile
+        command += ["--smoke"] * args.smoke + ["--tiny"] * args.tiny + ["--no-compile"] * args.no_compile
         r = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
         lines = r.stdout.strip().splitlines()
         if r.returncode or not lines:

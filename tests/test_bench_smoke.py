@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 
@@ -25,8 +27,8 @@ def test_the_gpu_benchmark_runs_on_the_cpu_at_its_small_size():
 
 # the published sizes (parameters) each real-size teacher must land in: T5-XXL v1.1's encoder exactly, from
 # its config by hand; the others within the rounding of their model cards (4.44B, 8.77B, "16B")
-def t5_xxl_encoder_params() -> int:
-    d, inner, ff, layers, vocab, heads = 4096, 64 * 64, 10240, 24, 32128, 64
+def t5_encoder_params(d: int = 4096, inner: int = 64 * 64, ff: int = 10240, layers: int = 24, vocab: int = 32128,
+                      heads: int = 64) -> int:
     attention = 4 * d * inner + d                   # q, k, v, o and the layer norm
     mlp = 2 * d * ff + ff * d + d                   # gated-GELU wi_0, wi_1, wo and the layer norm
     return vocab * d + layers * (attention + mlp) + d + 32 * heads   # + final norm, relative position buckets
@@ -36,15 +38,18 @@ REAL_BOUNDS = {"llada_image": (15.5e9, 16.5e9), "qwen3vl_mageflow": (4.0e9, 4.9e
                "qwen3vl_qwenimage": (8.0e9, 9.0e9)}
 
 
-def test_the_real_size_benchmark_smoke_runs_every_pack_through_the_project_paths():
+@pytest.mark.parametrize("tiny", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["tiny", "published"])
+def test_the_real_size_benchmark_smoke_runs_every_pack_through_the_project_paths(tiny):
     """`--size real --smoke`: each pack's teacher at its published widths (one layer a stack), pig_clip's
-    config, the project's corpus / precompute / train stages on the CPU, one JSON line per pack."""
+    config, the project's corpus / precompute / train stages on the CPU, one JSON line per pack. With
+    --tiny (the default run) the same path at toy widths; at the published widths with -m slow."""
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
     r = subprocess.run([sys.executable, str(REPO / "bench" / "gpu.py"), "--device", "cpu", "--size", "real",
-                        "--smoke", "--prompts", "8"], capture_output=True, text=True, timeout=1800, env=env)
+                        "--smoke", *(["--tiny"] if tiny else []), "--prompts", "8"],
+                       capture_output=True, text=True, timeout=1800, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     figures = json.loads(r.stdout.strip().splitlines()[-1])
-    assert figures["size"] == "real" and figures["smoke"] is True
+    assert figures["size"] == "real" and figures["smoke"] is True and figures["tiny"] is tiny
     for pack in ("t5xxl_pixart", "llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage"):
         f = figures[pack]
         for key in ("precompute_samples_per_s", "train_steps_per_s", "train_eager_steps_per_s", "flops_per_step",
@@ -53,7 +58,10 @@ def test_the_real_size_benchmark_smoke_runs_every_pack_through_the_project_paths
         assert f["peak_memory"]["cpu_rss_gib"] > 0 and f["precompute_samples"] >= 8
         assert f["adapter"]["depth"] == 1 and f["adapter"]["batch"] == 2
         if pack == "t5xxl_pixart":
-            assert f["teacher_params"] == t5_xxl_encoder_params()
+            want = t5_encoder_params(64, 4 * 16, 128, 2, 32128, 4) if tiny else t5_encoder_params()   # the config, not the smoke
+            assert f["teacher_params"] == want
+        elif tiny:
+            assert 0 < f["teacher_params"] < 50e6, (pack, f["teacher_params"])
         else:
             low, high = REAL_BOUNDS[pack]
             assert low < f["teacher_params"] < high, (pack, f["teacher_params"])

@@ -1,4 +1,4 @@
-"""The Qwen3.5 bridge demo end to end, in fresh processes: `gguf-trainer demo --pack qwen35_bridge`,
+"""The Qwen3.5 bridge demo, trained once per session by the in-process stage chain (tests/demo_cache.py) as `gguf-trainer demo --pack qwen35_bridge`,
 `gguf-trainer run` (a tiny random Qwen3.5 with a Qwen3.5-format tokenizer, a tiny Qwen3-VL for the
 Klein bank), then the exported GGUF through `inspect` and `infer` (--seed-ids, --vis/--vis-pos,
 --bank, --prompt), checked against an independent numpy reading of the file; and the export refusing
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bridge_numpy import bridge_forward, engine_bank_hidden, engine_bank_rows, gguf_tensors
+import demo_cache
 from conftest import cli
 from trainer_core.contract.gguf_io import read_gguf_kvs, read_gguf_string_array
 from trainer_core.packs.qwen35_bridge import PACK
@@ -19,19 +20,13 @@ from trainer_core.packs.qwen35_bridge.teacher import tokenizer_arrays
 from trainer_core.packs.qwen35_bridge.template import IMAGE_PAD, build_prompt_ids
 from trainer_core.project import Project
 
-STEPS = 60
+STEPS = demo_cache.STEPS
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bridge") / "qwen3.5_9b_adapter"
-    r = cli("demo", "--project", str(root), "--pack", "qwen35_bridge")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    r = cli("set", "--project", str(root), "--set", f"train.steps={STEPS}")
-    assert r.returncode == 0, r.stderr
-    r = cli("run", "--project", str(root), timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return Project.open(root)
+    """The session's trained demo (tests/demo_cache.py: the in-process stage chain), this module's copy."""
+    return Project.open(demo_cache.copy_trained("qwen35_bridge", tmp_path_factory.mktemp("bridge")))
 
 
 def test_the_bridge_demo_trains_exports_and_evaluates(demo):

@@ -1,8 +1,10 @@
 """Issue 18's chaos test: kill -9 the whole run (driver and stage) at random points in every stage of
 a demo run, start it again each time, and the final GGUF is bit-identical to an uninterrupted run's.
 
-The kill points are drawn from a seeded generator: a stage to hit (every stage at least once,
-training three times) and how far into it, as a share of the events that stage wrote in the
+The kill points are chosen, not many: every stage once, training twice (once early, before its
+first checkpoint save, once late, between saves: save_every is 10 steps and the events come every 5,
+so a share of its events lands on or next to a save), and export (the GGUF is being written); how
+far into each stage is set near a chosen share (a seeded generator moves it a little), as a share of the events that stage wrote in the
 test's own uninterrupted run: the test follows events.jsonl (events, not a guess at seconds, which
 moved with the machine's load) and kills as soon as the stage has written that many after its
 "running". A resumed stage writes fewer events than a fresh one, and a kill can leave its target
@@ -21,14 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from conftest import cli
 
-pytestmark = pytest.mark.slow
-
-STAGES = ("corpus", "precompute_val", "precompute_train", "precompute_train", "train", "train", "train",
-          "export", "eval")
+STAGES = ("corpus", "precompute_val", "precompute_train", "train", "train", "export", "eval")
+SHARES = (0.5, 0.5, 0.4, 0.1, 0.6, 0.3, 0.5)          # how far into each, of its uninterrupted event count
 SETTINGS = ("train.steps=60", "train.val_every=20", "train.save_every=10", "train.log_every=5")
 
 
@@ -139,10 +137,10 @@ def test_kill_9_anywhere_then_resume_gives_the_same_gguf(tmp_path):
     chaos = Path(shutil.copytree(template, tmp_path / "chaos" / "t5_adapter"))
     rng = random.Random(20261201)
     outcomes = []
-    for stage in STAGES:
-        outcomes.append(_kill_during(chaos, stage, rng.uniform(0.15, 0.75), counts))
+    for stage, share in zip(STAGES, SHARES):
+        outcomes.append(_kill_during(chaos, stage, min(0.9, share + rng.uniform(-0.05, 0.05)), counts))
     killed = [o for o in outcomes if o[1] == "killed"]
-    assert len(killed) >= 8, outcomes
+    assert len(killed) >= 6, outcomes
     assert {s for s, _ in killed} >= {"precompute_val", "precompute_train", "train", "export"}, outcomes
 
     r = cli("run", "--project", str(chaos), timeout=600)

@@ -1,4 +1,4 @@
-"""The FLUX.3 Klein demo end to end, in fresh processes: `gguf-trainer demo --pack qwen3vl_flux3`, then
+"""The FLUX.3 Klein demo, trained once per session by the in-process stage chain (tests/demo_cache.py) as `gguf-trainer demo --pack qwen3vl_flux3`, then
 `gguf-trainer run` (60 steps: the whole pipeline in about a minute on two cores), then the exported
 layerwise GGUF through `inspect` and `infer`, checked against an independent numpy reading of the file."""
 from __future__ import annotations
@@ -8,25 +8,20 @@ import json
 import numpy as np
 import pytest
 
+import demo_cache
 from conftest import cli
 from packs.layerwise_numpy import gguf_tensors, layerwise_forward
 from trainer_core.packs.qwen3vl_flux3 import PACK
 from trainer_core.project import Project
 
-STEPS = 60
+STEPS = demo_cache.STEPS
 TAPS = (1, 2, 3, 4, 5, 6, 7, 8)            # the tiny demo teacher's 9 layers
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    root = tmp_path_factory.mktemp("flux3") / "qwen3vl_4b_it_adapter"
-    r = cli("demo", "--project", str(root), "--pack", "qwen3vl_flux3")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    r = cli("set", "--project", str(root), "--set", f"train.steps={STEPS}")
-    assert r.returncode == 0, r.stderr
-    r = cli("run", "--project", str(root), timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return Project.open(root)
+    """The session's trained demo (tests/demo_cache.py: the in-process stage chain), this module's copy."""
+    return Project.open(demo_cache.copy_trained("qwen3vl_flux3", tmp_path_factory.mktemp("flux3")))
 
 
 def test_the_flux3_demo_trains_exports_and_reads_back(demo, tmp_path):

@@ -1,4 +1,4 @@
-"""The Ming-Image demo end to end, in fresh processes: `gguf-trainer demo --pack ming_image`, `gguf-trainer
+"""The Ming-Image demo, trained once per session by the in-process stage chain (tests/demo_cache.py) as `gguf-trainer demo --pack ming_image`, `gguf-trainer
 run` (a tiny random Ling thinker, Qwen2 connector, Qwen2.5-VL tower and a Ling-format tokenizer), then
 the exported adapter through `inspect` and `infer` (--seed-ids, --vis/--vis-pos, --bank, --prompt)
 against an independent numpy reading of the file, the vision GGUF read back, the shards' slots and
@@ -14,25 +14,20 @@ import pytest
 import torch
 
 from bridge_numpy import gguf_tensors, ming_forward
+import demo_cache
 from conftest import cli
 from trainer_core.contract.adapter_layout import TOKENIZER_JSON
 from trainer_core.packs.ming_image import PACK
 from trainer_core.packs.ming_image.template import IMAGE_PATCH, image_tokens, layer_count, prompt_string
 from trainer_core.project import Project
 
-STEPS = 60
+STEPS = demo_cache.STEPS
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ming") / "ming_adapter"
-    r = cli("demo", "--project", str(root), "--pack", "ming_image")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    r = cli("set", "--project", str(root), "--set", f"train.steps={STEPS}")
-    assert r.returncode == 0, r.stderr
-    r = cli("run", "--project", str(root), timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return Project.open(root)
+    """The session's trained demo (tests/demo_cache.py: the in-process stage chain), this module's copy."""
+    return Project.open(demo_cache.copy_trained("ming_image", tmp_path_factory.mktemp("ming")))
 
 
 def ling_tokenizer(project):

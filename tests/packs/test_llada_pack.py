@@ -3,11 +3,11 @@ path of the rotary fix, and a whole demo run on the mock teacher to a folded, ev
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
 
+import demo_cache
 from conftest import cli, copy_project, demo_with_corpus
 from trainer_core.base.errors import ModelFileError
 from trainer_core.base.events import ListReport
@@ -106,20 +106,16 @@ def test_shards_of_the_unfixed_teacher_are_discarded_and_checkpoints_archived(de
     assert stage_done(demo, "precompute_val")
 
 
-def test_the_demo_exports_a_folded_seedless_resampler_with_eval_metrics(template, tmp_path):
-    root = tmp_path / "llada_adapter"
-    shutil.copytree(template, root)
-    for setting in ("train.steps=40", "train.val_every=20", "train.save_every=20"):
-        assert cli("set", "--project", str(root), "--set", setting).returncode == 0
-    r = cli("run", "--project", str(root), timeout=900)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    gguf = tmp_path / "pig_llada_adapter-f16.gguf"
+def test_the_demo_exports_a_folded_seedless_resampler_with_eval_metrics(tmp_path):
+    """On the session's trained LLaDA demo (tests/demo_cache.py: the whole pipeline in process)."""
+    root = demo_cache.copy_trained("llada_image", tmp_path)
+    gguf = root.parent / "pig_llada_adapter-f16.gguf"
     info = describe_gguf(gguf)
     assert info["kind"] == "adapter" and info["variant"] == "resampler"
     assert not [p for p in info["problems"] if p["fatal"]]
     assert info["config"]["num_queries"] == 256 and info["config"]["out_dim"] == 2560
     assert "adapter.t5_embed.weight" not in info["kvs"] and info["kvs"]["adapter.target"].startswith("llada_image")
-    assert (tmp_path / "pig_llada_sigvq-f16.gguf").is_file()           # the demo's small SigVQ, exported beside
+    assert (root.parent / "pig_llada_sigvq-f16.gguf").is_file()           # the demo's small SigVQ, exported beside
 
     # the fold: the GGUF alone gives rows in teacher scale (μ + σ·the checkpoint's standardized rows)
     project = Project.open(root)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from conftest import trained_demo
+import demo_cache
 from trainer_core.contract.gguf_io import read_gguf_kvs
 from trainer_core.inspect_file import describe_gguf
 from trainer_core.packs.common.qwen3vl.teacher import Qwen3VLFullTeacher, VisionOut, mrope_positions
@@ -169,7 +169,7 @@ def test_turning_deepstack_off_changes_the_text_rows_after_the_image(teacher, ba
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    return Project.open(trained_demo(tmp_path_factory.mktemp("qwenimage") / "qwen3vl_8b_adapter", "qwen3vl_qwenimage"))
+    return Project.open(demo_cache.copy_trained("qwen3vl_qwenimage", tmp_path_factory.mktemp("qwenimage")))
 
 
 def test_supervision_and_statistics_cover_exactly_the_consumed_rows(demo):

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+import demo_cache
 from trainer_core.base.errors import AlreadyRunningError
 from trainer_core.base.events import EventTailer
 from trainer_core.contract.gguf_io import read_gguf_kvs
@@ -21,23 +21,19 @@ from trainer_core.project import Project
 from trainer_core.resets import reset
 from trainer_core.runner import wait_gone
 
-STEPS = 200
+STEPS = demo_cache.STEPS
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """`gguf-trainer demo` + `gguf-trainer run`: the whole pipeline, once."""
-    from conftest import trained_demo
-    return trained_demo(tmp_path_factory.mktemp("out") / "t5_adapter")
+def trained():
+    """The session's trained t5 demo (tests/demo_cache.py: the whole pipeline once, in process); read only."""
+    return demo_cache.trained("t5xxl_pixart")
 
 
 @pytest.fixture
 def project(trained, tmp_path):
     """A copy of the trained project in its own output folder."""
-    root = tmp_path / "t5_adapter"
-    shutil.copytree(trained, root)
-    shutil.copy2(trained.parent / "pig_t5_adapter-f16.gguf", tmp_path / "pig_t5_adapter-f16.gguf")
-    return Project.open(root)
+    return Project.open(demo_cache.copy_trained("t5xxl_pixart", tmp_path))
 
 
 def wait_exit(pid: int, timeout: float = 300) -> None:
@@ -86,24 +82,24 @@ def test_a_deleted_gguf_is_regenerated_byte_identical(project, run_cli):
 def test_extending_a_run_reexports_when_best_improves(project, run_cli):
     gguf = project.gguf_path()
     before = gguf.read_bytes()
-    # the demo run is still improving at 200 steps: 100 more steps raise the best val cos
-    r = run_cli("run", "--project", str(project.root), "--steps", "300", "--only", "train", "export", "eval")
+    # the demo run is still improving at STEPS: 100 more steps raise the best val cos
+    r = run_cli("run", "--project", str(project.root), "--steps", str(STEPS + 100), "--only", "train", "export", "eval")
     assert r.returncode == 0, r.stdout[-2000:]
     best = json.loads((project.checkpoints_dir / "best.json").read_text())
     assert best["step"] > STEPS
     assert "[export] starting" in r.stdout and gguf.read_bytes() != before
     kvs = read_gguf_kvs(gguf)
-    assert kvs["adapter.trained_steps"] == best["step"] and kvs["adapter.planned_steps"] == 300
+    assert kvs["adapter.trained_steps"] == best["step"] and kvs["adapter.planned_steps"] == STEPS + 100
 
 
 def test_extending_a_run_does_not_reexport_when_best_does_not_improve(project, run_cli):
     gguf = project.gguf_path()
     before, best_before = gguf.read_bytes(), (project.checkpoints_dir / "best.json").read_bytes()
     # an absurd learning rate for the extension: validation only gets worse, best.pt stays
-    project.update_settings(["train.lr=0.5", "train.steps=230"])
+    project.update_settings(["train.lr=0.5", f"train.steps={STEPS + 30}"])
     r = run_cli("run", "--project", str(project.root), "--only", "train", "export", "eval")
     assert r.returncode == 0, r.stdout[-2000:]
-    assert json.loads((project.checkpoints_dir / "last.json").read_text())["step"] == 230
+    assert json.loads((project.checkpoints_dir / "last.json").read_text())["step"] == STEPS + 30
     assert (project.checkpoints_dir / "best.json").read_bytes() == best_before
     assert "[export] already done, skipping" in r.stdout and "[eval] already done, skipping" in r.stdout
     assert gguf.read_bytes() == before
@@ -111,7 +107,7 @@ def test_extending_a_run_does_not_reexport_when_best_does_not_improve(project, r
 
 def test_snapshot_while_training_runs(project, run_cli):
     reset(project, "train")
-    project.update_settings(["train.steps=300"])
+    project.update_settings(["train.steps=120"])
     tail = EventTailer(project.events_jsonl, offset=project.events_jsonl.stat().st_size)  # this run's events only
     r = run_cli("start", "--project", str(project.root), "--only", "train")
     pid = int(re.search(r"pid (\d+)", r.stdout).group(1))
@@ -121,14 +117,14 @@ def test_snapshot_while_training_runs(project, run_cli):
     assert r.returncode == 0, r.stderr
     (entry,) = json.loads(project.snapshots_json.read_text())["snapshots"]
     assert entry["while_training"] is True and entry["checkpoint"] == "last" and entry["val_cos"] is not None
-    assert entry["planned_steps"] == 300 and 20 <= entry["step"] < 300
+    assert entry["planned_steps"] == 120 and 20 <= entry["step"] < 120
     path = Path(entry["path"])
     assert path.name == f"pig_t5_adapter-step{entry['step']}-f16.gguf" and path.parent == project.output_dir()
     kvs = read_gguf_kvs(path)
     assert kvs["adapter.snapshot"] is True and kvs["adapter.trained_steps"] == entry["step"]
-    assert kvs["adapter.planned_steps"] == 300 and kvs["adapter.checkpoint"] == "last"
+    assert kvs["adapter.planned_steps"] == 120 and kvs["adapter.checkpoint"] == "last"
     wait_exit(pid)
-    assert json.loads((project.checkpoints_dir / "last.json").read_text())["step"] == 300   # training went on
+    assert json.loads((project.checkpoints_dir / "last.json").read_text())["step"] == 120   # training went on
     assert not project.snapshot_file.exists()
 
 
@@ -174,7 +170,7 @@ def _listing(project: Project) -> set[str]:
     ("train", {"checkpoints/", "eval.json", "snapshots.json"}),
     ("shards", {"shards/", "checkpoints/", "eval.json", "snapshots.json"}),
     ("corpus", {"data/", "shards/", "checkpoints/", "eval.json", "snapshots.json"}),
-    ("output", {"../pig_t5_adapter-f16.gguf", "../pig_t5_adapter-step200-f16.gguf"}),
+    ("output", {"../pig_t5_adapter-f16.gguf", f"../pig_t5_adapter-step{STEPS}-f16.gguf"}),
 ])
 def test_each_reset_deletes_exactly_what_it_names(what, gone, project, run_cli):
     assert run_cli("snapshot", "--project", str(project.root), "--no-fresh").returncode == 0

@@ -188,11 +188,25 @@ class TrainerPack:
         the adapter, so the target is the unweighted one)."""
         return self.format_prompt(plain_text(text) if text else text)
 
-    # The module of the pack's teacher. Placed by `precompute.teacher_mode`, it defines
+    # "module:Class" of the pack's real teacher: build_teacher makes it from the teacher material with the
+    # placement settings (`placed_teacher`). Placed by `precompute.teacher_mode`, the module defines
     # `choose_mode(root, mode, device, gpu_mem_gib)`, what the teacher takes, and `resident_need_gib(root)`,
     # the GiB a resident teacher needs on the card; placed by `precompute.placement`, `placement_plan`
     # (contract/placement.py's rules; the plan asks the same).
-    teacher_module: ClassVar[str] = ""
+    teacher_class: ClassVar[str] = ""
+
+    @property
+    def teacher_module(self) -> str:
+        return self.teacher_class.partition(":")[0]
+
+    def placed_teacher(self, project: "ProjectFolder", material_id: str, device: Any,
+                       class_path: str | None = None) -> Any:
+        """The teacher class at `class_path` (the pack's `teacher_class` by default) made from the material
+        `material_id` on `device`, placed by `precompute.teacher_mode` within `precompute.gpu_mem_gib`."""
+        module, _, name = (class_path or self.teacher_class).partition(":")
+        p = project.settings.precompute
+        return getattr(importlib.import_module(module), name)(
+            self.require_material(project, material_id), device=device, mode=p.teacher_mode, gpu_mem_gib=p.gpu_mem_gib)
 
     def teacher_need_gib(self, project: "ProjectFolder") -> float | None:
         """GiB the pack's teacher needs on a card to stay resident (its weights there plus the pack's headroom),
@@ -333,6 +347,8 @@ class TrainerPack:
         raise StageNotAvailableError(f"The {self.title} teacher is not available in this version yet.")
 
     def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
+        if self.teacher_class:
+            return self.placed_teacher(project, "teacher", device)
         raise StageNotAvailableError(
             f"The {self.title} teacher is not available in this version yet; tick precompute.mock_teacher "
             f"(or set GGUF_TRAINER_MOCK_TEACHER=1) to run the pipeline on synthetic targets.")

@@ -31,7 +31,7 @@ SIGVQ = Material("sigvq", "SigVQ vision encoder (exported beside the adapter)", 
 
 @dataclass(frozen=True)
 class LLaDAPack(TrainerPack):
-    teacher_module = "trainer_core.packs.llada_image.teacher"     # placement_plan: precompute.placement
+    teacher_class = "trainer_core.packs.llada_image.teacher:LLaDATeacher"     # placed by precompute.placement
 
     def student_chunks(self, text: str) -> list[str]:
         """PREFIX | " " + text, attention-parsed | SUFFIX; the empty prompt is EMPTY in one piece."""

@@ -67,7 +67,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class MingPack(VisionPack):
-    teacher_module = "trainer_core.packs.ming_image.teacher"
+    teacher_class = "trainer_core.packs.ming_image.teacher:MingTeacher"
     """A VisionPack for its image corpus and reading of samples; the seeded-slot trunk of the Qwen3.5
     bridge (its seed table) with Ming's caption bank."""
 
@@ -131,12 +131,6 @@ class MingPack(VisionPack):
         except (KeyError, TypeError, ValueError):
             raise ModelFileError(f"{root / 'mllm' / 'config.json'} lacks llm_config.hidden_size / vocab_size; "
                                  f"download {self.teacher_repo} again.") from None
-
-    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
-        from trainer_core.packs.ming_image.teacher import MingTeacher
-        p = project.settings.precompute
-        return MingTeacher(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
-                           gpu_mem_gib=p.gpu_mem_gib)
 
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.ming_image.teacher import MockMingTeacher

@@ -46,7 +46,12 @@ def _mmproj(project: "ProjectFolder") -> Path | None:
 def fit_key(project: "ProjectFolder", mmproj: Path) -> dict[str, Any]:
     from trainer_core.contract.shards import valid_shards
     e, stat = project.settings.export, mmproj.stat()
-    return {"mmproj": str(mmproj.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+    where = mmproj.resolve()
+    try:                          # inside the project folder: by its place there, so a moved project keeps its fit
+        where = where.relative_to(project.root.resolve())
+    except ValueError:
+        pass
+    return {"mmproj": str(where), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
             "steps": e.vis_bridge_steps, "width": e.vis_bridge_width, "depth": e.vis_bridge_depth,
             "images": e.vis_bridge_images, "seed": project.settings.train.seed,
             "shards": [[p.name, p.stat().st_size] for p in valid_shards(project, "train")]}

@@ -53,7 +53,7 @@ KLEIN_ENCODER = Material(
 
 @dataclass(frozen=True)
 class BridgePack(VisionPack):
-    teacher_module = "trainer_core.packs.qwen35_bridge.teacher"
+    teacher_class = "trainer_core.packs.qwen35_bridge.teacher:Qwen35Teacher"
     """A VisionPack for its image corpus, reading of samples and materials; everything else its own."""
 
     invalidating: tuple[str, ...] = ("train.max_slots", "train.klein_head", "train.bank_slots")
@@ -108,12 +108,6 @@ class BridgePack(VisionPack):
                                  "again.") from None
         return dims
 
-    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
-        from trainer_core.packs.qwen35_bridge.teacher import Qwen35Teacher
-        p = project.settings.precompute
-        return Qwen35Teacher(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
-                             gpu_mem_gib=p.gpu_mem_gib)
-
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.qwen35_bridge.teacher import MockQwen35Teacher
         dims = self.teacher_dims(project)
@@ -129,10 +123,8 @@ class BridgePack(VisionPack):
             config = self._config(project, "klein_encoder")
             n_layers = int(config["text_config"]["num_hidden_layers"]) if config else 36
             return MockKleinTeacher(dims["bank_dim"], taps_for(n_layers))
-        from trainer_core.packs.qwen3vl_flux3.teacher import KleinTeacher
-        p = project.settings.precompute
-        return KleinTeacher(self.require_material(project, "klein_encoder"), device=getattr(teacher, "device", "cpu"),
-                            mode=p.teacher_mode, gpu_mem_gib=p.gpu_mem_gib)
+        return self.placed_teacher(project, "klein_encoder", getattr(teacher, "device", "cpu"),
+                                   "trainer_core.packs.qwen3vl_flux3.teacher:KleinTeacher")
 
     def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
         from trainer_core.packs.common.qwen3vl.teacher import auto_budgets

@@ -46,7 +46,7 @@ def _tap_text(taps: tuple[int, ...]) -> str:
 
 @dataclass(frozen=True)
 class Flux3Pack(TrainerPack):
-    teacher_module = "trainer_core.packs.qwen3vl_flux3.teacher"
+    teacher_class = "trainer_core.packs.qwen3vl_flux3.teacher:KleinTeacher"
     budget_scale: float = 0.5
 
     def student_chunks(self, text: str) -> list[str]:
@@ -91,12 +91,6 @@ class Flux3Pack(TrainerPack):
                                  f"text_config.hidden_size / num_hidden_layers; download {self.teacher_repo} "
                                  "again.") from None
         return {"out_dim": layer_dim * len(taps_for(n_layers)), "layer_dim": layer_dim, "n_layers": n_layers}
-
-    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
-        from trainer_core.packs.qwen3vl_flux3.teacher import KleinTeacher
-        p = project.settings.precompute
-        return KleinTeacher(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
-                            gpu_mem_gib=p.gpu_mem_gib)
 
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.qwen3vl_flux3.teacher import MockKleinTeacher

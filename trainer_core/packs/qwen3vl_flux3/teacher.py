@@ -24,7 +24,8 @@ from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.common.qwen3vl.teacher import check_rope, choose_mode, load_snapshot, resident_need_gib
 from trainer_core.packs.qwen3vl_flux3.template import PAD_ID, padded_batch, taps_for
 
-__all__ = ["KleinTeacher", "MockKleinTeacher"]
+# choose_mode and resident_need_gib: the placement rule KleinTeacher takes (TrainerPack.teacher_class)
+__all__ = ["KleinTeacher", "MockKleinTeacher", "choose_mode", "resident_need_gib"]
 
 
 class KleinTeacher:

@@ -76,7 +76,7 @@ _T2I_TEXT, _EDIT_TEXT, _IMAGE_TOKENS = 21, 20, 144
 
 @dataclass(frozen=True)
 class VisionPack(TrainerPack):
-    teacher_module = "trainer_core.packs.common.qwen3vl.teacher"
+    teacher_class = "trainer_core.packs.common.qwen3vl.teacher:Qwen3VLTeacher"
     contract: str = "mageflow_edit"           # "mageflow_edit" | "qwen_image_2_1"
     tap: str = "final_norm"                   # "final_norm" | "pre_norm_last_layer" (the full HF forward)
     supervise: str = "all"                    # "all" | "consumed_text"
@@ -132,11 +132,10 @@ class VisionPack(TrainerPack):
                                  f"download {self.teacher_repo} again.") from None
 
     def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
-        from trainer_core.packs.common.qwen3vl.teacher import Qwen3VLFullTeacher, Qwen3VLTeacher
-        p = project.settings.precompute
-        kind = Qwen3VLFullTeacher if self.tap == "pre_norm_last_layer" else Qwen3VLTeacher
-        return kind(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
-                    gpu_mem_gib=p.gpu_mem_gib)
+        if self.tap == "pre_norm_last_layer":        # the full HF forward
+            return self.placed_teacher(project, "teacher", device,
+                                       "trainer_core.packs.common.qwen3vl.teacher:Qwen3VLFullTeacher")
+        return super().build_teacher(project, device)
 
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.common.qwen3vl.teacher import MockVisionTeacher

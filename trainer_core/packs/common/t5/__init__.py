@@ -23,7 +23,7 @@ T5_WINDOW = 120  # the caption window = the seeded queries (teacher.T5_WINDOW)
 
 @dataclass(frozen=True)
 class T5EncoderPack(TrainerPack):
-    teacher_module = "trainer_core.packs.common.t5.teacher"
+    teacher_class = "trainer_core.packs.common.t5.teacher:T5Teacher"
     """The hooks of a T5-encoder pack: its declaration names the teacher material ("teacher")."""
 
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
@@ -36,12 +36,6 @@ class T5EncoderPack(TrainerPack):
         config = json.loads(self.require_material(project, "teacher").joinpath("config.json").read_text())
         return {"out_dim": int(config["d_model"]), "seed_vocab": int(config["vocab_size"]),
                 "num_queries": T5_WINDOW}
-
-    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
-        from trainer_core.packs.common.t5.teacher import T5Teacher
-        p = project.settings.precompute
-        return T5Teacher(self.require_material(project, "teacher"), device=device, mode=p.teacher_mode,
-                         gpu_mem_gib=p.gpu_mem_gib)
 
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.common.t5.teacher import MockT5Teacher
