@@ -17,6 +17,10 @@ REPO = Path(__file__).resolve().parent.parent
 # test modules are collected, before any fixture runs. Offline from the start, then; the tests that
 # talk to the loopback Hub switch huggingface_hub's constant on for themselves.
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Two xdist workers and the processes they start share two cores: an OpenMP thread that spins while it
+# waits for work (the default) burns the core another process needs — one GUI test took 144 s beside an
+# in-process demo build instead of 24 s. Passive waiting changes no result (the thread counts stay).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session", autouse=True)

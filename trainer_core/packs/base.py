@@ -211,13 +211,16 @@ class TrainerPack:
     def teacher_need_gib(self, project: "ProjectFolder") -> float | None:
         """GiB the pack's teacher needs on a card to stay resident (its weights there plus the pack's headroom),
         the figure its `teacher_mode=auto` compares with the card's budget; None when the pack places its
-        teacher otherwise or its files are not on disk."""
+        teacher otherwise or its files are not on disk or not readable yet."""
         if not self.teacher_module or self.teacher_control != "teacher_mode":
             return None
         root = self.resolve_material(project, "teacher")
         if root is None or not Path(root).exists():
             return None
-        return float(importlib.import_module(self.teacher_module).resident_need_gib(root))
+        try:
+            return float(importlib.import_module(self.teacher_module).resident_need_gib(root))
+        except (OSError, ValueError, KeyError, TypeError):     # a download under way or damaged: the plan estimates
+            return None
 
     def teacher_material_ids(self, project: "ProjectFolder") -> tuple[str, ...]:
         """The materials precompute loads as models (their weights count in the plan)."""
