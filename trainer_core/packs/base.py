@@ -44,6 +44,7 @@ from trainer_core.contract.prompt_attention import parse_prompt_attention, plain
 
 if TYPE_CHECKING:  # the stages import torch; the registry stays light
     from trainer_core.contract.kinds import AdapterConfig
+    from trainer_core.contract.roles import Student, Teacher
     from trainer_core.base.folder import ProjectFolder
 
 __all__ = ["TrainerPack", "Material", "Budgets", "CORPUS_KINDS", "STUDENT_MATERIALS",
@@ -200,7 +201,7 @@ class TrainerPack:
         return self.teacher_class.partition(":")[0]
 
     def placed_teacher(self, project: "ProjectFolder", material_id: str, device: Any,
-                       class_path: str | None = None) -> Any:
+                       class_path: str | None = None) -> "Teacher":
         """The teacher class at `class_path` (the pack's `teacher_class` by default) made from the material
         `material_id` on `device`, placed by `precompute.teacher_mode` within `precompute.gpu_mem_gib`."""
         module, _, name = (class_path or self.teacher_class).partition(":")
@@ -349,14 +350,14 @@ class TrainerPack:
         """{"out_dim": …, and kind-specific sizes} from the teacher's config."""
         raise StageNotAvailableError(f"The {self.title} teacher is not available in this version yet.")
 
-    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
+    def build_teacher(self, project: "ProjectFolder", device: Any) -> "Teacher":
         if self.teacher_class:
             return self.placed_teacher(project, "teacher", device)
         raise StageNotAvailableError(
             f"The {self.title} teacher is not available in this version yet; tick precompute.mock_teacher "
             f"(or set GGUF_TRAINER_MOCK_TEACHER=1) to run the pipeline on synthetic targets.")
 
-    def build_mock_teacher(self, project: "ProjectFolder") -> Any:
+    def build_mock_teacher(self, project: "ProjectFolder") -> "Teacher":
         raise StageNotAvailableError(f"The {self.title} pack has no mock teacher in this version yet.")
 
     def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
@@ -369,13 +370,13 @@ class TrainerPack:
         from trainer_core.contract.corpus_files import read_corpus
         return read_corpus(path)
 
-    def prepare(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> Any:
+    def prepare(self, project: "ProjectFolder", student: "Student", teacher: "Teacher", report: Any) -> Any:
         """Once per precompute stage, after the models are loaded: checks and fits that make_shard
         needs; what it returns is handed to every make_shard call."""
         return None
 
-    def make_shard(self, prompts: list[Any], student: Any, teacher: Any, budgets: Budgets, session: Any = None
-                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def make_shard(self, prompts: list[Any], student: "Student", teacher: "Teacher", budgets: Budgets,
+                   session: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
         raise StageNotAvailableError(f"Precompute for the {self.title} pack is not available in this version yet.")
 
     def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
