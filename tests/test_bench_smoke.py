@@ -38,7 +38,8 @@ REAL_BOUNDS = {"llada_image": (15.5e9, 16.5e9), "qwen3vl_mageflow": (4.0e9, 4.9e
                "qwen3vl_qwenimage": (8.0e9, 9.0e9)}
 
 
-@pytest.mark.parametrize("tiny", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["tiny", "published"])
+@pytest.mark.parametrize("tiny", [True, pytest.param(False, marks=[pytest.mark.slow, pytest.mark.timeout(1800)])],
+                         ids=["tiny", "published"])
 def test_the_real_size_benchmark_smoke_runs_every_pack_through_the_project_paths(tiny):
     """`--size real --smoke`: each pack's teacher at its published widths (one layer a stack), pig_clip's
     config, the project's corpus / precompute / train stages on the CPU, one JSON line per pack. With
