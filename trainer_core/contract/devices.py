@@ -5,7 +5,7 @@ import torch
 
 from trainer_core.base.errors import UsageError
 
-__all__ = ["pick_device", "gpu_budget_gib", "cpu_budget_gib", "is_big_card"]
+__all__ = ["pick_device", "gpu_budget_gib", "cpu_budget_gib", "is_big_card", "place_teacher"]
 
 
 def pick_device(setting: str) -> torch.device:
@@ -41,6 +41,14 @@ def gpu_budget_gib(device: torch.device, setting: float) -> float:
     if device.type != "cuda":
         return 0.0
     return card_budget_gib(torch.cuda.get_device_properties(device).total_memory / 2**30, setting)
+
+
+def place_teacher(mode: str, device: torch.device, gpu_mem_gib: float, need_gib: float) -> str:
+    """contract/placement.py's rule on `device`: the card's budget is read only when `auto` needs it."""
+    from trainer_core.contract.placement import teacher_mode
+    cuda = device.type == "cuda"
+    return teacher_mode(mode, cuda, gpu_budget_gib(device, gpu_mem_gib) if cuda and mode == "auto" else 0.0,
+                        need_gib)
 
 
 def cpu_budget_gib(setting: float) -> float:

@@ -5,9 +5,14 @@ templates, export KVs, metric names, the ggk command line) plus a few hooks:
 
     student_chunks(text)                   the engine's chunks of a prompt, each tokenized on its own
     teacher_dims(project)                  dimensions read from the teacher's config
-    build_teacher(project, device)         the real teacher, loaded once per stage process
+    build_teacher(project, device)         the real teacher, loaded once per stage process (by default
+                                           `teacher_class`, placed by contract/placement.py's rule)
+    teacher_need_gib(project)              what that teacher needs on a card to stay resident (the plan's
+                                           figure; the teacher module's resident_need_gib)
     build_mock_teacher(project)            synthetic targets of the right shapes
-    make_shard(prompts, student, teacher, budgets) -> (tensors, meta)   one shard's content
+    prepare(project, student, teacher, report)  once per precompute stage: the session make_shard gets
+    make_shard(prompts, student, teacher, budgets, session) -> (tensors, meta)   one shard's content
+                                           (student, teacher: contract/roles.py's protocols)
     adapter_config(project, in_dim, dims)  the adapter the train stage builds (dims: the teacher's, read
                                            from its config unless given; the plan gives reference_dims)
     ggk_command(project)                   the engine command line that uses the export
@@ -33,7 +38,6 @@ the real shapes and the tiny ones of the tests and the demo. See docs/PACKS.md.
 from __future__ import annotations
 
 import importlib
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping

@@ -27,9 +27,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from trainer_core.contract import placement
 from trainer_core.contract.batching import pad_batch
-from trainer_core.contract.devices import gpu_budget_gib, is_big_card
+from trainer_core.contract.devices import is_big_card, place_teacher
 from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.common.qwen3vl.vision_data import FACTOR, MERGE, PATCH, TEMPORAL, merged_tokens, patchify
 from trainer_core.packs.common.rope_guard import RopeError, table_problem
@@ -65,9 +64,7 @@ def text_weights_gib(root: str | os.PathLike) -> float:
 
 def resolve_mode(mode: str, device: torch.device, gpu_mem_gib: float, text_gib: float) -> str:
     """contract/placement.py's rule with `text_gib` of weights on the card plus 3 GiB of headroom."""
-    cuda = device.type == "cuda"
-    budget = gpu_budget_gib(device, gpu_mem_gib) if cuda and mode == "auto" else 0.0
-    return placement.teacher_mode(mode, cuda, budget, text_gib + RESIDENT_HEADROOM_GIB)
+    return place_teacher(mode, device, gpu_mem_gib, text_gib + RESIDENT_HEADROOM_GIB)
 
 
 def resident_need_gib(root: str | os.PathLike) -> float:

@@ -23,7 +23,7 @@ import torch
 
 from trainer_core.contract import placement
 from trainer_core.contract.batching import greedy_batches
-from trainer_core.contract.devices import gpu_budget_gib, is_big_card
+from trainer_core.contract.devices import is_big_card, place_teacher
 from trainer_core.contract.engine_t5 import EOS_ID, PAD_ID, EngineT5
 from trainer_core.base.errors import ModelFileError
 
@@ -85,9 +85,7 @@ def resolve_teacher_mode(mode: str, device: torch.device, gpu_mem_gib: float, we
     """"gpu" (resident on a CUDA card), "offload" (weights in RAM, streamed layer by layer to
     the device) or "cpu" (resident on the CPU), by contract/placement.py's rule: `auto` keeps the teacher
     resident when the GPU budget holds its weights plus 2.5 GiB; `gpu_mem_gib` 0 means the card's total − 1.5 GiB."""
-    cuda = device.type == "cuda"
-    budget = gpu_budget_gib(device, gpu_mem_gib) if cuda and mode == "auto" else 0.0
-    return placement.teacher_mode(mode, cuda, budget, weights_gib + _RESIDENT_HEADROOM_GIB)
+    return place_teacher(mode, device, gpu_mem_gib, weights_gib + _RESIDENT_HEADROOM_GIB)
 
 
 def resident_need_gib(root: str | os.PathLike) -> float:
