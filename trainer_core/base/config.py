@@ -92,6 +92,10 @@ class _Section:
     """A settings section: its own fields, plus the values of the settings the project's pack declares
     in this section (`pack_values`), read as attributes like the others."""
 
+    def flat(self) -> dict[str, Any]:
+        """The section as project.json holds it: its own settings and its pack's, side by side (not copied)."""
+        return {**{f.name: getattr(self, f.name) for f in own_fields(type(self))}, **self.__dict__["pack_values"]}
+
     def __getattr__(self, name: str) -> Any:
         values = self.__dict__.get("pack_values") or {}
         if name in values:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from trainer_core.base.errors import UsageError
+from trainer_core.contract.placement import card_budget_gib, teacher_mode
 
 __all__ = ["pick_device", "gpu_budget_gib", "cpu_budget_gib", "is_big_card", "place_teacher"]
 
@@ -35,7 +36,6 @@ def is_big_card(device: torch.device) -> bool:
 
 def gpu_budget_gib(device: torch.device, setting: float) -> float:
     """The teacher's GPU budget: the setting, or (0) the card's total minus 1.5 GiB, at least 1."""
-    from trainer_core.contract.placement import card_budget_gib
     if setting > 0:
         return setting
     if device.type != "cuda":
@@ -45,7 +45,6 @@ def gpu_budget_gib(device: torch.device, setting: float) -> float:
 
 def place_teacher(mode: str, device: torch.device, gpu_mem_gib: float, need_gib: float) -> str:
     """contract/placement.py's rule on `device`: the card's budget is read only when `auto` needs it."""
-    from trainer_core.contract.placement import teacher_mode
     cuda = device.type == "cuda"
     return teacher_mode(mode, cuda, gpu_budget_gib(device, gpu_mem_gib) if cuda and mode == "auto" else 0.0,
                         need_gib)

@@ -19,10 +19,10 @@ consulted. The last plan only saw real answers, so the output depends on the inp
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
-import functools
 import random
 import re
 from collections import Counter

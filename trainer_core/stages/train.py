@@ -141,7 +141,7 @@ class Trainer:
     def save(self, name: str) -> None:
         ck = {"config": self.config.to_dict(), "model": self.model.state_dict(),
               "optimizer": self.optimizer.state_dict(), "step": self.step,
-              "train_config": {**_flat(self.t), "steps": self.planned}, "best_val_cos": self.best_val_cos,
+              "train_config": {**self.t.flat(), "steps": self.planned}, "best_val_cos": self.best_val_cos,
               "val": self.val if self.val_step == self.step else None, "val_step": self.val_step,
               "stream": self.stream.position.to_dict(),
               "rng": {"cpu": torch.get_rng_state(),
@@ -461,11 +461,6 @@ def _step_of(line: str) -> int | None:
         return int(json.loads(line)["step"])
     except (ValueError, KeyError, TypeError):
         return None
-
-
-def _flat(section: Any) -> dict[str, Any]:
-    """A settings section as project.json holds it: its own settings and its pack's, side by side."""
-    return {**{k: v for k, v in vars(section).items() if k != "pack_values"}, **section.pack_values}
 
 
 def large_block_step(trainer: Trainer) -> bool:
