@@ -20,7 +20,7 @@ import os
 import random
 from importlib import resources
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import gguf
 import numpy as np
@@ -89,26 +89,8 @@ def _qwen_tokenizer_files() -> dict[str, str]:
 
     vocab = {show(token): rank for token, rank in ranks.items()}
     merges = [f"{show(left)} {show(right)}" for left, right in _recover_merges(ranks)]
-    added = [{"id": i, "content": name, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": special} for i, name, special in QWEN_ADDED_TOKENS]
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                  "use_regex": False}
-    tokenizer_json = {
-        "version": "1.0", "truncation": None, "padding": None,
-        "added_tokens": added,
-        "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": QWEN_SPLIT_PATTERN}, "behavior": "Isolated",
-             "invert": False},
-            byte_level,
-        ]},
-        "post_processor": byte_level,
-        "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": None, "unk_token": None,
-                  "continuing_subword_prefix": "", "end_of_word_suffix": "", "fuse_unk": False,
-                  "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": merges},
-    }
+    added = added_tokens(QWEN_ADDED_TOKENS)
+    tokenizer_json = byte_level_bpe_json(vocab, merges, QWEN_SPLIT_PATTERN, added, nfc=True)
     config = {
         "add_bos_token": False, "add_prefix_space": False,
         "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"}
@@ -167,6 +149,30 @@ def _recover_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
             raise RuntimeError(f"rank {rank} of qwen.tiktoken cannot be reached by merges")
         merges.append((parts[0], parts[1]))
     return merges
+
+
+def added_tokens(tokens: Sequence[tuple[int, str, bool]]) -> list[dict[str, Any]]:
+    """tokenizer.json's added_tokens entries of (id, content, special) triples."""
+    return [{"id": i, "content": name, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": special} for i, name, special in tokens]
+
+
+def byte_level_bpe_json(vocab: dict[str, int], merges: list[str], split_pattern: str, added: list[dict[str, Any]],
+                        nfc: bool = False) -> dict[str, Any]:
+    """The tokenizer.json of a byte-level BPE (the Qwen / Ling format): `split_pattern` isolates the pieces,
+    ByteLevel maps bytes, `added` are the added tokens; `nfc` adds the NFC normalizer."""
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "NFC"} if nfc else None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": split_pattern}, "behavior": "Isolated", "invert": False},
+            byte_level]},
+        "post_processor": byte_level, "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges},
+    }
 
 
 def train_byte_bpe(lines: list[str], split_pattern: str, size: int, nfc: bool = False

@@ -38,6 +38,7 @@ the real shapes and the tiny ones of the tests and the demo. See docs/PACKS.md.
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
@@ -51,10 +52,24 @@ if TYPE_CHECKING:  # the stages import torch; the registry stays light
     from trainer_core.contract.roles import Student, Teacher
     from trainer_core.base.folder import ProjectFolder
 
-__all__ = ["TrainerPack", "Material", "Budgets", "CORPUS_KINDS", "STUDENT_MATERIALS",
+__all__ = ["TrainerPack", "Material", "Budgets", "CORPUS_KINDS", "STUDENT_MATERIALS", "read_config_json",
            "IMAGE_PRESET_MATERIALS", "STUDENT_FILE", "PIG_CLIP_WIDTH", "DEMO_SETTINGS"]
 
 CORPUS_KINDS = ("text", "image")
+
+
+def read_config_json(path: Path, repo: str, what: str = "config") -> dict[str, Any]:
+    """The JSON object in a snapshot's file, or ModelFileError naming the file and the repo to download again."""
+    from trainer_core.base.errors import ModelFileError
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelFileError(f"The {what} {path} is missing; download {repo} again.") from None
+    except (OSError, ValueError) as e:
+        raise ModelFileError(f"The {what} {path} cannot be read ({e}); download {repo} again.") from None
+    if not isinstance(data, dict):
+        raise ModelFileError(f"The {what} {path} is not a JSON object; download {repo} again.")
+    return data
 
 
 @dataclass(frozen=True)
@@ -348,6 +363,17 @@ class TrainerPack:
                    if m.kind == "hf_snapshot" else "pick the file again")
             raise UsageError(f"The {m.title} is missing: {path} does not exist; {how}.")
         return path
+
+    def material_json(self, project: "ProjectFolder", material_id: str = "teacher",
+                      name: str = "config.json") -> dict[str, Any] | None:
+        """The JSON object `name` inside a snapshot material; None when that file is absent and the mock teacher
+        stands in (the caller then takes the reference shapes); ModelFileError / UsageError saying what to do."""
+        from trainer_core.contract.shards import mock_enabled
+        path = self.resolve_material(project, material_id) / name
+        if not path.is_file() and mock_enabled(project):
+            return None
+        path = self.require_material(project, material_id) / name
+        return read_config_json(path, self.material(material_id).repo or "the teacher")
 
     # ------------------------------------------------------------ hooks
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:

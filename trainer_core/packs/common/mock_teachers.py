@@ -7,11 +7,17 @@ and a loss that falls. The PixArt mock lives with its teacher (t5_teacher.MockT5
 """
 from __future__ import annotations
 
+import os
+import re
 import zlib
+from typing import Any, Mapping
 
+import numpy as np
 import torch
 
-__all__ = ["MockQueryTeacher", "MockTokenTeacher", "word_ids"]
+from trainer_core.base.errors import ModelFileError
+
+__all__ = ["MockQueryTeacher", "MockTokenTeacher", "word_ids", "cell_features", "mock_tokenizer", "HashTokenizer"]
 
 _BUCKETS = 4096
 _RANK = 32
@@ -68,3 +74,52 @@ class MockTokenTeacher:
             rows = self.pos[: len(tokens)] + (self.mix[: len(tokens)] * (e + context)) @ self.proj
             out.append(rows)
         return out
+
+
+def cell_features(image: np.ndarray, gh: int, gw: int, factor: int) -> torch.Tensor:
+    """The vision mocks' [gh·gw, 48] features of an image [h, w, 3]: per factor×factor cell its mean colour,
+    its square, and 42 sines of the cell index."""
+    cells = torch.from_numpy(np.ascontiguousarray(image[:gh * factor, :gw * factor], dtype=np.float32))
+    x = cells.view(gh, factor, gw, factor, 3).mean(dim=(1, 3)).reshape(gh * gw, 3)   # torch: ~10x numpy
+    index = torch.arange(gh * gw, dtype=torch.float32)[:, None]
+    return torch.cat([x, x ** 2, torch.sin(index * torch.arange(1, 43) / 7)], dim=1)
+
+
+def mock_tokenizer(tokenizer: Any, what: str, repo: str) -> Any:
+    """A mock teacher's tokenizer: a tokenizers.Tokenizer as given, one loaded from a tokenizer.json path, or
+    None (the mock's word-hash ids); ModelFileError naming the file when it cannot be loaded."""
+    if not isinstance(tokenizer, (str, os.PathLike)):
+        return tokenizer
+    from tokenizers import Tokenizer
+    try:
+        return Tokenizer.from_file(str(tokenizer))
+    except Exception as e:  # noqa: BLE001 — the tokenizers library raises plain Exception subclasses
+        raise ModelFileError(f"The {what} tokenizer {tokenizer} cannot be loaded ({e}); download {repo} "
+                             "again.") from None
+
+
+class HashTokenizer:
+    """A mock teacher's ids when it has no tokenizer.json: each special string by its id, "\\n" and a blank
+    stretch by theirs, a word by `words` or else `base` + crc32 mod `buckets`."""
+
+    def __init__(self, specials: Mapping[str, int], newline: int, blank: int, buckets: int,
+                 words: Mapping[str, int] | None = None, base: int = 1000):
+        self.specials, self.newline, self.blank = dict(specials), newline, blank
+        self.buckets, self.words, self.base = buckets, dict(words or {}), base
+        self.split = re.compile("(" + "|".join(re.escape(s) for s in self.specials) + ")")
+
+    def __call__(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for piece in self.split.split(text):
+            if piece in self.specials:
+                ids.append(self.specials[piece])
+                continue
+            for part in re.split(r"(\n)", piece):
+                if part == "\n":
+                    ids.append(self.newline)
+                elif part and not part.strip():
+                    ids.append(self.blank)
+                else:
+                    ids.extend(self.words.get(w, self.base + zlib.crc32(w.encode("utf-8")) % self.buckets)
+                               for w in part.split())
+        return ids

@@ -12,7 +12,6 @@ through the Qwen2.5-VL tower + linear_proj, exported from the same snapshot to
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -21,7 +20,7 @@ from trainer_core.base.config import pack_setting
 from trainer_core.base.errors import ModelFileError
 from trainer_core.base.parsers import boolean, choice, count
 from trainer_core.packs.common.slot_settings import SLOT_SETTINGS
-from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material
+from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material, read_config_json
 from trainer_core.packs.common.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
 
 if TYPE_CHECKING:
@@ -53,16 +52,6 @@ STOCK_MMPROJ = Material(
     suffixes=(".gguf",), required=False, size_hint="~1.3 GB",
     hint="a llama.cpp Qwen2.5-VL mmproj, e.g. mmproj-Qwen2.5-VL-7B-Instruct-f16.gguf; the export then fits the "
          "adapter's vis_bridge so that file can replace pig_ming_vision for editing")
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ModelFileError(f"The config {path} cannot be read ({e}); download {TEACHER.repo} again.") from None
-    if not isinstance(data, dict):
-        raise ModelFileError(f"The config {path} is not a JSON object; download {TEACHER.repo} again.")
-    return data
 
 
 @dataclass(frozen=True)
@@ -117,12 +106,11 @@ class MingPack(VisionPack):
         """Direct rows (out_dim) and caption rows (cap_dim) from mlp/config.json, the vision rows (vis_dim,
         the thinker's width) and the Ling vocabulary (seed_vocab) from mllm/config.json; the reference
         shapes when the teacher is mocked and not downloaded."""
-        from trainer_core.contract.shards import mock_enabled
-        root = self.resolve_material(project, "teacher")
-        if not (root / "mlp" / "config.json").is_file() and mock_enabled(project):
+        mlp = self.material_json(project, "teacher", "mlp/config.json")
+        if mlp is None:
             return dict(self.reference_dims)
         root = self.require_material(project, "teacher")
-        mlp, mllm = _read_json(root / "mlp" / "config.json"), _read_json(root / "mllm" / "config.json")
+        mllm = read_config_json(root / "mllm" / "config.json", self.teacher_repo)
         try:
             llm = mllm["llm_config"]
             return {"out_dim": int(mlp.get("diffusion_inner_dim", OUT_DIM)),

@@ -19,7 +19,6 @@
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch
 from torch import nn
 
 from trainer_core.base.errors import ModelFileError
+from trainer_core.packs.base import read_config_json
 from trainer_core.packs.ming_image.ling import (REPO, LingThinker, load_strict, load_thinker, read_tensors,
                                                 safetensors_files, video_positions)
 from trainer_core.packs.ming_image.template import IMAGE_PATCH, NUM_QUERIES, thinker_ids
@@ -45,18 +45,6 @@ _MLP_DEFAULTS: dict[str, Any] = {"selected_hidden_states_layers": [5, 12, 20], "
 _DIRECT_EPS = 1e-5
 
 
-def _read_config(path: Path, what: str) -> dict[str, Any]:
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelFileError(f"The {what} config {path} is missing; download {REPO} again.") from None
-    except (OSError, ValueError) as e:
-        raise ModelFileError(f"The {what} config {path} cannot be read ({e}); download {REPO} again.") from None
-    if not isinstance(config, dict):
-        raise ModelFileError(f"The {what} config {path} is not a JSON object; download {REPO} again.")
-    return config
-
-
 @dataclass(frozen=True)
 class MlpConfig:
     taps: tuple[int, ...]           # selected_hidden_states_layers: the direct target's hidden_states
@@ -68,7 +56,7 @@ def read_mlp_config(mlp: str | os.PathLike, num_layers: int) -> MlpConfig:
     """`<mlp>/config.json` with the code defaults for absent keys. connector_norm true is refused:
     the engine has no such normalization, and its place in the reference is not known."""
     path = Path(mlp) / "config.json"
-    c = {**_MLP_DEFAULTS, **_read_config(path, "Ming mlp")}
+    c = {**_MLP_DEFAULTS, **read_config_json(path, REPO, "Ming mlp config")}
     taps, problems = c["selected_hidden_states_layers"], []
     if not (isinstance(taps, list) and taps and all(isinstance(t, int) and 0 <= t <= num_layers for t in taps)):
         problems.append(f"selected_hidden_states_layers {taps!r} is not a list of layers 0 … {num_layers}")
@@ -138,7 +126,7 @@ def load_connector(folder: str | os.PathLike, dtype: torch.dtype = torch.bfloat1
     """The connector from `<folder>/config.json` + its safetensors, strictly (embed_tokens skipped)."""
     from transformers import Qwen2Config
     folder = Path(folder)
-    raw = _read_config(folder / "config.json", "Ming connector")
+    raw = read_config_json(folder / "config.json", REPO, "Ming connector config")
     bad = [k for k in CONNECTOR_KEYS if isinstance(raw.get(k), bool) or not isinstance(raw.get(k), (int, float))]
     if "rope_theta" not in raw and "rope_theta" not in (raw.get("rope_parameters") or {}):
         bad.append("rope_theta")

@@ -20,6 +20,7 @@ import torch
 from trainer_core.base.errors import TrainerError
 from trainer_core.contract.batching import greedy_batches
 from trainer_core.contract.shards import target_moments
+from trainer_core.packs.common.slot_settings import render_fitting
 from trainer_core.packs.ming_image.template import FACTOR, IMAGE_PATCH, NUM_QUERIES, build_prompt_ids, preprocess_image
 
 __all__ = ["MingSession", "build_shard"]
@@ -57,20 +58,12 @@ def _render(sample: dict[str, Any], session: MingSession) -> tuple[list[int], in
 
 def build_shard(samples: list[dict[str, Any]], student: Any, teacher: Any, budgets: Any, session: MingSession,
                 max_len_student: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    rendered, kept = [], []
-    for sample in samples:
+    def fit(sample: dict[str, Any]) -> Any:
         r = _render(sample, session)
-        if len(r[0]) > session.max_slots:
-            session.log(f"left out a sample of {len(r[0])} Ling tokens, more than train.max_slots = "
-                        f"{session.max_slots} (the engine refuses such a prompt): {sample['text'][:60]!r}")
-            session.skipped.append(sample["text"])
-            continue
-        rendered.append(r)
-        kept.append(sample)
-    if not kept:
-        raise TrainerError(f"Every sample of this shard exceeds train.max_slots = {session.max_slots}; raise it.")
-    order = sorted(range(len(kept)), key=lambda i: len(rendered[i][0]))
-    kept, rendered = [kept[i] for i in order], [rendered[i] for i in order]
+        return r if len(r[0]) <= session.max_slots else (
+            f"left out a sample of {len(r[0])} Ling tokens, more than train.max_slots = {session.max_slots} "
+            "(the engine refuses such a prompt)")
+    kept, rendered = render_fitting(samples, fit, session)
 
     with_image = [i for i, r in enumerate(rendered) if r[2] is not None]
     encoded = teacher.encode_images([rendered[i][2] for i in with_image], budgets.vis_tok_budget) \

@@ -19,15 +19,15 @@
 from __future__ import annotations
 
 import os
-import re
-import zlib
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from trainer_core.base.errors import ModelFileError
+from trainer_core.packs.common.mock_teachers import HashTokenizer, cell_features, mock_tokenizer
+from trainer_core.packs.common.snapshot_teacher import SnapshotTeacher
 from trainer_core.packs.ming_image.connector import ThinkerPrompt, load_ming_parts, ming_targets
 from trainer_core.packs.ming_image.ling import REPO
 from trainer_core.packs.ming_image.template import (FACTOR, IMAGE_END, IMAGE_PATCH, IMAGE_START, NUM_QUERIES, PAD_TOKEN,
@@ -72,47 +72,35 @@ def choose_mode(root: str | os.PathLike, mode: str, device: torch.device, gpu_me
     return resolve_mode(mode, device, gpu_mem_gib, weights_gib(root))
 
 
-class MingTeacher:
+class MingTeacher(SnapshotTeacher):
     """The real teacher from a Ming-Image snapshot folder (see the module docstring)."""
 
-    def __init__(self, root: str | os.PathLike, device: str | torch.device = "cpu", mode: str = "auto",
-                 gpu_mem_gib: float = 0.0, dtype: torch.dtype | None = None,
-                 log: Callable[[str], None] | None = None):
-        from tokenizers import Tokenizer
+    placement = staticmethod(choose_mode)
 
-        self.root, self.device = Path(root), torch.device(device)
-        self.notes: list[str] = []
-        note = log or self.notes.append
+    def _read(self) -> None:
+        from tokenizers import Tokenizer
         path = self.root / "mllm" / "tokenizer.json"
         try:
             self.tokenizer = Tokenizer.from_file(str(path))
         except Exception as e:  # noqa: BLE001 — the tokenizers library raises plain Exception subclasses
             raise ModelFileError(f"The Ling tokenizer {path} cannot be loaded ({e}); download {REPO} again.") from None
         self.encode = encoder(self.tokenizer)
-        self.mode = choose_mode(self.root, mode, self.device, gpu_mem_gib)
-        self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+
+    def _load(self) -> None:
         here = self.device if self.mode == "gpu" else torch.device("cpu")
         self.parts = load_ming_parts(self.root, self.dtype, here)
         self.vision = MingVision.load(self.root / "mllm", here, self.dtype)
-        if self.mode == "offload":
-            from accelerate import cpu_offload
-            p = self.parts
-            for part in (p.thinker.word_embeddings, p.thinker.norm, p.connector, p.projections, self.vision):
-                part.to(self.device)
-            for layer in p.thinker.layers:
-                cpu_offload(layer, execution_device=self.device)
-        elif self.mode == "cpu":
-            torch.set_num_threads(os.cpu_count() or 1)
+        p = self.parts
+        self._settle(None, resident=(p.thinker.word_embeddings, p.thinker.norm, p.connector, p.projections,
+                                     self.vision), streamed=p.thinker.layers)
         self.pad = pad_id(self.encode)
         self.out_dim, self.cap_dim = self.parts.mlp.direct_dim, self.parts.mlp.cap_dim
         self.vis_dim, self.num_queries = self.vision.hidden, self.parts.num_queries
-        note(f"Ming teacher: thinker {self.parts.thinker.config.num_hidden_layers} layers, caption rows "
-             f"{self.num_queries} × {self.cap_dim}, direct rows {self.out_dim}-d, vision rows {self.vis_dim}-d "
-             f"({weights_gib(self.root):.1f} GiB bf16), {self.mode} on {self.device}")
 
-    @property
-    def exec_device(self) -> torch.device:
-        return self.device if self.mode != "cpu" else torch.device("cpu")
+    def _summary(self) -> str:
+        return (f"Ming teacher: thinker {self.parts.thinker.config.num_hidden_layers} layers, caption rows "
+                f"{self.num_queries} × {self.cap_dim}, direct rows {self.out_dim}-d, vision rows {self.vis_dim}-d "
+                f"({weights_gib(self.root):.1f} GiB bf16), {self.mode} on {self.device}")
 
     def encode_images(self, images: Sequence[np.ndarray], budget: int = 0) -> list[torch.Tensor]:
         """Per preprocessed image [h, w, 3], its unit rows [(h/28)·(w/28), vis_dim] bf16 on the CPU, in
@@ -143,24 +131,8 @@ class MingTeacher:
 # the stand-in ids of the mock's word-hash tokenizer (no tokenizer.json): the reference mock's guesses
 MOCK_SPECIALS = {"<role>": 157151, "</role>": 157152, PAD_TOKEN: 156895, "<imagePatch>": IMAGE_PATCH,
                  "<image>": IMAGE_START, "</image>": IMAGE_END}
-_SPECIAL_SPLIT = re.compile("(" + "|".join(re.escape(s) for s in MOCK_SPECIALS) + ")")
-
-
-def _hash_encode(text: str) -> list[int]:
-    """Specials by their ids, "\\n" 6, a blank stretch 7, any other word 1000 + crc32 mod 150000."""
-    ids: list[int] = []
-    for piece in _SPECIAL_SPLIT.split(text):
-        if piece in MOCK_SPECIALS:
-            ids.append(MOCK_SPECIALS[piece])
-            continue
-        for part in re.split(r"(\n)", piece):
-            if part == "\n":
-                ids.append(6)
-            elif part and not part.strip():
-                ids.append(7)
-            else:
-                ids.extend(1000 + zlib.crc32(w.encode("utf-8")) % 150000 for w in part.split())
-    return ids
+# specials by their ids, "\n" 6, a blank stretch 7, any other word 1000 + crc32 mod 150000
+_hash_encode = HashTokenizer(MOCK_SPECIALS, newline=6, blank=7, buckets=150000)
 
 
 class MockMingTeacher:
@@ -178,14 +150,7 @@ class MockMingTeacher:
                  num_queries: int = NUM_QUERIES):
         self.out_dim, self.cap_dim, self.vis_dim, self.num_queries = int(out_dim), int(cap_dim), int(vis_dim), \
             int(num_queries)
-        if isinstance(tokenizer, (str, os.PathLike)):
-            from tokenizers import Tokenizer
-            try:
-                tokenizer = Tokenizer.from_file(str(tokenizer))
-            except Exception as e:  # noqa: BLE001 — the tokenizers library raises plain Exception subclasses
-                raise ModelFileError(f"The Ling tokenizer {tokenizer} cannot be loaded ({e}); download {REPO} "
-                                     "again.") from None
-        self.tokenizer = tokenizer
+        self.tokenizer = tokenizer = mock_tokenizer(tokenizer, "Ling", REPO)
         self.encode = encoder(tokenizer) if tokenizer is not None else _hash_encode
         self.pad = pad_id(self.encode)
         g = torch.Generator().manual_seed(4321)
@@ -199,10 +164,7 @@ class MockMingTeacher:
         out = []
         for image in images:
             gh, gw = _grid(image)
-            cells = torch.from_numpy(np.ascontiguousarray(image[:gh * FACTOR, :gw * FACTOR], dtype=np.float32))
-            x = cells.view(gh, FACTOR, gw, FACTOR, 3).mean(dim=(1, 3)).reshape(gh * gw, 3)   # torch: ~10x numpy
-            index = torch.arange(gh * gw, dtype=torch.float32)[:, None]
-            feats = torch.cat([x, x ** 2, torch.sin(index * torch.arange(1, 43) / 7)], dim=1)      # [n, 48]
+            feats = cell_features(image, gh, gw, FACTOR)                                  # [n, 48]
             out.append(torch.nn.functional.normalize(feats @ self.pix_basis, dim=-1).to(torch.bfloat16))
         return out
 

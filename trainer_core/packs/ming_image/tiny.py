@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from trainer_core.base.atomic import atomic_path, atomic_write_json, atomic_write_text
-from trainer_core.demo.fixtures import demo_prompts, train_byte_bpe
+from trainer_core.demo.fixtures import added_tokens, byte_level_bpe_json, demo_prompts, train_byte_bpe
 from trainer_core.packs.ming_image.ling import THINKER_PREFIX, LingConfig, LingThinker
 from trainer_core.packs.ming_image.template import (IMAGE_END, IMAGE_PATCH, IMAGE_START, SUFFIX, SYSTEM_PREFIX,
                                                     check_template)
@@ -88,19 +88,8 @@ def _trained_vocab() -> tuple[dict[str, int], list[str]]:
 
 
 def _tokenizer_json(vocab: dict[str, int], merges: list[str]) -> dict[str, Any]:
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-    added = [{"id": i, "content": name, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
-              "special": True} for name, i in sorted(SPECIAL_IDS.items(), key=lambda kv: kv[1])]
-    return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": LING_SPLIT_PATTERN}, "behavior": "Isolated", "invert": False},
-            byte_level]},
-        "post_processor": byte_level, "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": merges},
-    }
+    added = added_tokens([(i, name, True) for name, i in sorted(SPECIAL_IDS.items(), key=lambda kv: kv[1])])
+    return byte_level_bpe_json(vocab, merges, LING_SPLIT_PATTERN, added)
 
 
 def write_tiny_ling_tokenizer(folder: str | os.PathLike) -> Path:

@@ -23,7 +23,7 @@ from trainer_core.base.errors import ModelFileError
 from trainer_core.base.parsers import boolean, count
 from trainer_core.packs.common.slot_settings import SLOT_SETTINGS
 from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material
-from trainer_core.packs.common.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
+from trainer_core.packs.common.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
 
 if TYPE_CHECKING:
     from trainer_core.contract.kinds import AdapterConfig
@@ -43,12 +43,8 @@ TEACHER = Material(
     subdir="Qwen3.5-9B", size_hint="~19 GB",
     hint="bf16 with its vision tower; resident it needs about 22 GB of GPU memory, smaller cards stream it from "
          "RAM; its tokenizer also goes into the adapter")
-KLEIN_ENCODER = Material(
-    "klein_encoder", "Qwen3-VL-4B-Instruct (FLUX.3 Klein target)", "hf_snapshot", repo="Qwen/Qwen3-VL-4B-Instruct",
-    patterns=("config.json", "generation_config.json", "model.safetensors.index.json", "model-*.safetensors",
-              "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "chat_template.json"),
-    subdir="Qwen3-VL-4B-Instruct", size_hint="~8.3 GB",
-    hint="only with train.klein_head: its text stack gives the Klein bank's targets")
+KLEIN_ENCODER = qwen3vl_teacher("Qwen3-VL-4B-Instruct", "~8.3 GB", "only with train.klein_head: its text stack gives "
+                                "the Klein bank's targets", "klein_encoder", "FLUX.3 Klein target", vision=False)
 
 
 @dataclass(frozen=True)
@@ -75,30 +71,18 @@ class BridgePack(VisionPack):
         return found if project.settings.train.klein_head else tuple(m for m in found if m.id != "klein_encoder")
 
     # ------------------------------------------------------------ teacher
-    def _config(self, project: "ProjectFolder", material: str) -> dict[str, Any] | None:
-        from trainer_core.contract.shards import mock_enabled
-        path = self.resolve_material(project, material) / "config.json"
-        if not path.is_file() and mock_enabled(project):
-            return None
-        path = self.require_material(project, material) / "config.json"
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ModelFileError(f"The config {path} cannot be read ({e}); download {self.material(material).repo} "
-                                 "again.") from None
-
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """Qwen3.5's text width (out_dim), vision output (vis_dim) and vocabulary (seed_vocab); the Klein
         encoder's 8 taps × width (bank_dim) when the head is on. Reference shapes when mocked with no file."""
         from trainer_core.packs.qwen3vl_flux3.template import taps_for
         dims = dict(self.reference_dims)
-        config = self._config(project, "teacher")
+        config = self.material_json(project, "teacher")
         try:
             if config is not None:
                 text = config.get("text_config", config)
                 dims.update(out_dim=int(text["hidden_size"]), seed_vocab=int(text["vocab_size"]),
                             vis_dim=int(config["vision_config"]["out_hidden_size"]))
-            klein = self._config(project, "klein_encoder") if project.settings.train.klein_head else None
+            klein = self.material_json(project, "klein_encoder") if project.settings.train.klein_head else None
             if klein is not None:
                 kt = klein["text_config"]
                 dims["bank_dim"] = int(kt["hidden_size"]) * len(taps_for(int(kt["num_hidden_layers"])))
@@ -120,7 +104,7 @@ class BridgePack(VisionPack):
         if mock_enabled(project):
             from trainer_core.packs.qwen3vl_flux3.teacher import MockKleinTeacher
             dims = self.teacher_dims(project)
-            config = self._config(project, "klein_encoder")
+            config = self.material_json(project, "klein_encoder")
             n_layers = int(config["text_config"]["num_hidden_layers"]) if config else 36
             return MockKleinTeacher(dims["bank_dim"], taps_for(n_layers))
         return self.placed_teacher(project, "klein_encoder", getattr(teacher, "device", "cpu"),

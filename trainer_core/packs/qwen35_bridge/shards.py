@@ -20,6 +20,7 @@ from trainer_core.base.errors import TrainerError
 from trainer_core.contract.batching import greedy_batches
 from trainer_core.contract.bridge import BANK_PREFIX, BANK_SUFFIX, bank_length
 from trainer_core.contract.shards import target_moments
+from trainer_core.packs.common.slot_settings import render_fitting
 
 __all__ = ["BridgeSession", "build_shard", "MIN_AREA"]
 
@@ -65,20 +66,9 @@ def _render(sample: dict[str, Any], session: BridgeSession) -> tuple[list[int], 
 
 def build_shard(samples: list[dict[str, Any]], student: Any, teacher: Any, budgets: Any, session: BridgeSession,
                 max_len_student: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    rendered, kept = [], []
-    for sample in samples:
-        r = _render(sample, session)
-        if r is None:
-            session.log(f"left out a sample whose template exceeds train.max_slots = {session.max_slots} even "
-                        f"with its references at {MIN_AREA} px: {sample['text'][:60]!r}")
-            session.skipped.append(sample["text"])
-            continue
-        rendered.append(r)
-        kept.append(sample)
-    if not kept:
-        raise TrainerError(f"Every sample of this shard exceeds train.max_slots = {session.max_slots}; raise it.")
-    order = sorted(range(len(kept)), key=lambda i: len(rendered[i][0]))
-    kept, rendered = [kept[i] for i in order], [rendered[i] for i in order]
+    kept, rendered = render_fitting(samples, lambda sample: _render(sample, session) or (
+        f"left out a sample whose template exceeds train.max_slots = {session.max_slots} even with its "
+        f"references at {MIN_AREA} px"), session)
     ids = [r[0] for r in rendered]
 
     flat = [im for r in rendered for im in r[2]]

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import zlib
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -33,6 +31,8 @@ from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.batching import pad_batch
 from trainer_core.packs.qwen35_bridge.template import (FACTOR, FIRST_SPECIAL_ID, IMAGE_PAD, PAD_ID, SPECIAL_TOKENS,
                                                        merged_tokens, patchify)
+from trainer_core.packs.common.mock_teachers import HashTokenizer, cell_features, mock_tokenizer
+from trainer_core.packs.common.snapshot_teacher import SnapshotTeacher
 from trainer_core.packs.common.qwen3vl.teacher import (RESIDENT_HEADROOM_GIB, check_rope, image_batches, resolve_mode,
                                                       text_weights_gib)
 
@@ -54,7 +54,7 @@ def choose_mode(root: str | os.PathLike, mode: str, device: torch.device, gpu_me
     return resolve_mode(mode, device, gpu_mem_gib, text_weights_gib(root) + _EXTRA_HEADROOM_GIB)
 
 
-def _load(root: Path, dtype: torch.dtype) -> tuple[Any, Any]:
+def _load_snapshot(root: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     """(the snapshot's tokenizers.Tokenizer, transformers' Qwen3_5Model in `dtype`), or ModelFileError."""
     from tokenizers import Tokenizer
     from transformers import AutoModel, Qwen3_5Model
@@ -73,17 +73,13 @@ def _load(root: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     return tokenizer, model
 
 
-class Qwen35Teacher:
+class Qwen35Teacher(SnapshotTeacher):
     """The real teacher from a Qwen3.5 snapshot folder (see the module docstring)."""
 
-    def __init__(self, root: str | os.PathLike, device: str | torch.device = "cpu", mode: str = "auto",
-                 gpu_mem_gib: float = 0.0, dtype: torch.dtype | None = None,
-                 log: Callable[[str], None] | None = None):
-        from transformers import AutoConfig
+    placement = staticmethod(choose_mode)
 
-        self.root, self.device = Path(root), torch.device(device)
-        self.notes: list[str] = []
-        note = log or self.notes.append
+    def _read(self) -> None:
+        from transformers import AutoConfig
         try:
             config = AutoConfig.from_pretrained(self.root)
             vision, text = config.vision_config, config.text_config
@@ -99,29 +95,18 @@ class Qwen35Teacher:
             raise ModelFileError(f"The teacher's vision tower declares deepstack levels "
                                  f"{list(vision.deepstack_visual_indexes)}; Qwen3.5 has none and the engine uses "
                                  f"none, so this is not {_REPO}.")
-        self.mode = choose_mode(self.root, mode, self.device, gpu_mem_gib)
-        self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-        self.tokenizer, model = _load(self.root, self.dtype)
+
+    def _load(self) -> None:
+        self.tokenizer, model = _load_snapshot(self.root, self.dtype)
         model.eval().requires_grad_(False)
         check_rope(model)
-        if self.mode == "offload":
-            from accelerate import cpu_offload
-            lm = model.language_model
-            for part in (model.visual, lm.embed_tokens, lm.norm, lm.rotary_emb):
-                part.to(self.device)
-            for layer in lm.layers:
-                cpu_offload(layer, execution_device=self.device)
-        else:
-            model.to(self.device if self.mode == "gpu" else "cpu")
-            if self.mode == "cpu":
-                torch.set_num_threads(os.cpu_count() or 1)
+        lm = model.language_model
+        self._settle(model, resident=(model.visual, lm.embed_tokens, lm.norm, lm.rotary_emb), streamed=lm.layers)
         self.model = model
-        note(f"Qwen3.5 teacher: text {self.out_dim}-d ({text_weights_gib(self.root):.1f} GiB), vision rows "
-             f"{self.vis_dim}-d, {self.mode} on {self.device}")
 
-    @property
-    def exec_device(self) -> torch.device:
-        return self.device if self.mode != "cpu" else torch.device("cpu")
+    def _summary(self) -> str:
+        return (f"Qwen3.5 teacher: text {self.out_dim}-d ({text_weights_gib(self.root):.1f} GiB), vision rows "
+                f"{self.vis_dim}-d, {self.mode} on {self.device}")
 
     def encode(self, text: str) -> list[int]:
         """The teacher's ids of a whole string, no special tokens added (specials in it are matched)."""
@@ -175,26 +160,10 @@ class Qwen35Teacher:
 
 # ---------------------------------------------------------------- the mock
 
-_SPECIAL_SPLIT = re.compile("(" + "|".join(re.escape(s) for s in SPECIAL_TOKENS) + ")")
-_WORD_IDS = {"user": 846, "assistant": 74455}
-
-
-def _hash_encode(text: str) -> list[int]:
-    """The mock's tokenizer without a tokenizer.json: specials by their ids, "user" 846, "assistant"
-    74455, "\\n" 198, a blank stretch 220, any other word 1000 + crc32 mod 240000."""
-    ids: list[int] = []
-    for piece in _SPECIAL_SPLIT.split(text):
-        if piece in SPECIAL_TOKENS:
-            ids.append(FIRST_SPECIAL_ID + SPECIAL_TOKENS.index(piece))
-            continue
-        for part in re.split(r"(\n)", piece):
-            if part == "\n":
-                ids.append(198)
-            elif part and not part.strip():
-                ids.append(220)
-            else:
-                ids.extend(_WORD_IDS.get(w, 1000 + zlib.crc32(w.encode("utf-8")) % 240000) for w in part.split())
-    return ids
+# the mock's tokenizer without a tokenizer.json: specials by their ids, "user" 846, "assistant" 74455, "\n" 198,
+# a blank stretch 220, any other word 1000 + crc32 mod 240000
+_hash_encode = HashTokenizer({t: FIRST_SPECIAL_ID + i for i, t in enumerate(SPECIAL_TOKENS)}, newline=198, blank=220,
+                             buckets=240000, words={"user": 846, "assistant": 74455})
 
 
 class MockQwen35Teacher:
@@ -208,14 +177,7 @@ class MockQwen35Teacher:
 
     def __init__(self, out_dim: int = 4096, vis_dim: int = 4096, tokenizer: Any = None):
         self.out_dim, self.vis_dim = int(out_dim), int(vis_dim)
-        if isinstance(tokenizer, (str, os.PathLike)):
-            from tokenizers import Tokenizer
-            try:
-                tokenizer = Tokenizer.from_file(str(tokenizer))
-            except Exception as e:  # noqa: BLE001 — the tokenizers library raises plain Exception subclasses
-                raise ModelFileError(f"The teacher tokenizer {tokenizer} cannot be loaded ({e}); download {_REPO} "
-                                     "again.") from None
-        self.tokenizer = tokenizer
+        self.tokenizer = mock_tokenizer(tokenizer, "teacher", _REPO)
         g = torch.Generator().manual_seed(4321)
         self.tok_basis = torch.randn(64, self.out_dim, generator=g) / 4
         self.pix_basis = torch.randn(48, self.vis_dim, generator=g) / 4
@@ -232,11 +194,7 @@ class MockQwen35Teacher:
         out = []
         for image in images:
             gh, gw = image.shape[0] // FACTOR, image.shape[1] // FACTOR
-            cells = torch.from_numpy(np.ascontiguousarray(image[:gh * FACTOR, :gw * FACTOR], dtype=np.float32))
-            cells = cells.view(gh, FACTOR, gw, FACTOR, 3).mean(dim=(1, 3)).reshape(gh * gw, 3)    # torch: ~10x numpy
-            index = torch.arange(gh * gw, dtype=torch.float32)[:, None]
-            feats = torch.cat([cells, cells ** 2, torch.sin(index * torch.arange(1, 43) / 7)], dim=1)   # [n, 48]
-            out.append((feats @ self.pix_basis).to(torch.bfloat16))
+            out.append((cell_features(image, gh, gw, FACTOR) @ self.pix_basis).to(torch.bfloat16))
         return out
 
     def hidden(self, samples: Sequence[Sample]) -> list[torch.Tensor]:

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.packs.common.qwen3vl.vision_data import patchify
+from trainer_core.packs.common.qwen3vl.vision_data import llround, patchify, token_runs
 
 __all__ = ["SPECIAL_TOKENS", "FIRST_SPECIAL_ID", "ENDOFTEXT", "PAD_ID", "IM_START", "IM_END", "VISION_START",
            "VISION_END", "IMAGE_PAD", "THINK", "NEWLINE", "PREFIX", "SUFFIX", "FACTOR", "MIN_PIXELS", "MAX_PIXELS",
@@ -69,27 +69,12 @@ def prompt_string(text: str, grids: Sequence[int | tuple[int, int]] = ()) -> str
     return PREFIX + blocks + (text or " ") + SUFFIX
 
 
-def _pad_runs(ids: Sequence[int]) -> list[tuple[int, int]]:
-    """(start, length) of every run of <|image_pad|>."""
-    runs, i = [], 0
-    while i < len(ids):
-        if ids[i] == IMAGE_PAD:
-            j = i
-            while j < len(ids) and ids[j] == IMAGE_PAD:
-                j += 1
-            runs.append((i, j - i))
-            i = j
-        else:
-            i += 1
-    return runs
-
-
 def build_prompt_ids(encode: Callable[[str], list[int]], text: str, image_tokens: Sequence[int]
                      ) -> tuple[list[int], list[tuple[int, int]]]:
     """(ids of the whole prompt string, [(first pad slot, count)] per reference); the runs are checked
     against the requested counts and the vision markers around them."""
     ids = list(encode(prompt_string(text, list(image_tokens))))
-    runs = _pad_runs(ids)
+    runs = token_runs(ids, IMAGE_PAD)
     ok = ([n for _, n in runs] == list(image_tokens)
           and all(s > 0 and ids[s - 1] == VISION_START and s + n < len(ids) and ids[s + n] == VISION_END
                   for s, n in runs))
@@ -120,11 +105,6 @@ def check_template(encode: Callable[[str], list[int]], what: str) -> None:
 
 # ---------------------------------------------------------------- references
 
-def _llround(x: float) -> int:
-    """std::llround: to the nearest integer, halves away from zero."""
-    return int(math.floor(x + 0.5)) if x >= 0 else -int(math.floor(-x + 0.5))
-
-
 def smart_resize(h: int, w: int, factor: int = FACTOR, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS
                  ) -> tuple[int, int]:
     """(h_bar, w_bar): each side rounded to a multiple of `factor` (llround, at least `factor`); when that
@@ -132,8 +112,8 @@ def smart_resize(h: int, w: int, factor: int = FACTOR, min_pixels: int = MIN_PIX
     (at least `factor`); when it is below min_pixels, scaled by β = √(min / (h·w)) and ceiled."""
     if h < 1 or w < 1:
         raise ValueError(f"an image must have positive sides, got {w}×{h}")
-    h_bar = max(factor, _llround(h / factor) * factor)
-    w_bar = max(factor, _llround(w / factor) * factor)
+    h_bar = max(factor, llround(h / factor) * factor)
+    w_bar = max(factor, llround(w / factor) * factor)
     if h_bar * w_bar > max_pixels:
         beta = math.sqrt(h * w / max_pixels)
         h_bar = max(factor, math.floor(h / beta / factor) * factor)

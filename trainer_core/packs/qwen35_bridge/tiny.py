@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from trainer_core.base.atomic import atomic_write_json, atomic_write_text
-from trainer_core.demo.fixtures import demo_prompts, train_byte_bpe
+from trainer_core.demo.fixtures import added_tokens, byte_level_bpe_json, demo_prompts, train_byte_bpe
 from trainer_core.packs.qwen35_bridge.template import (FIRST_SPECIAL_ID, NEWLINE, PREFIX, SPECIAL_TOKENS, SUFFIX,
                                                        check_template)
 
@@ -48,21 +48,9 @@ def _training_lines(n: int = 400) -> list[str]:
 
 def _byte_level_json(vocab: dict[str, int], merges: list[str]) -> dict:
     """tokenizer.json of a Qwen3.5-format byte-level BPE with the 33 specials added at 248044 …"""
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-    added = [{"id": FIRST_SPECIAL_ID + i, "content": name, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": special}
-             for i, (name, special) in enumerate(zip(SPECIAL_TOKENS, _SPECIAL_FLAGS))]
-    return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": QWEN35_SPLIT_PATTERN}, "behavior": "Isolated", "invert": False},
-            byte_level]},
-        "post_processor": byte_level, "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": merges},
-    }
+    added = added_tokens([(FIRST_SPECIAL_ID + i, name, special)
+                          for i, (name, special) in enumerate(zip(SPECIAL_TOKENS, _SPECIAL_FLAGS))])
+    return byte_level_bpe_json(vocab, merges, QWEN35_SPLIT_PATTERN, added, nfc=True)
 
 
 def _trained_bpe() -> tuple[dict[str, int], list[str]]:

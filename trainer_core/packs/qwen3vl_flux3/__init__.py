@@ -11,13 +11,13 @@ relative σ floor and folded back at export (out_proj and skip).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.prompt_attention import parse_prompt_attention
-from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material, TrainerPack
+from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, TrainerPack
+from trainer_core.packs.common.qwen3vl.vision_pack import qwen3vl_teacher
 from trainer_core.packs.qwen3vl_flux3.template import (PAD_ID, PAD_MULTIPLE, PAD_POSITION, PREFIX, PREFIX_IDS, SUFFIX,
                                                        SUFFIX_IDS, TAPS, check_templates, fit_template, padded_batch,
                                                        padded_length, taps_for)
@@ -32,12 +32,8 @@ LAYER_DIM, N_LAYERS = 2560, 36           # Qwen3-VL-4B's text stack: the referen
 PROBES = ("a sheep in sunglasses", "", "Add snow, heavy", "  leading spaces\nand a newline", "café ☕ 日本語")
 _BODY_TOKENS = 60                        # the disk estimate's prompt: ~60 tokens of body
 
-TEACHER = Material(
-    "teacher", "Qwen3-VL-4B-Instruct (teacher)", "hf_snapshot", repo="Qwen/Qwen3-VL-4B-Instruct",
-    patterns=("config.json", "generation_config.json", "model.safetensors.index.json", "model-*.safetensors",
-              "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "chat_template.json"),
-    subdir="Qwen3-VL-4B-Instruct", size_hint="~8.3 GB",
-    hint="only the text stack runs: resident it needs about 11 GB of GPU memory; smaller cards stream it from RAM")
+TEACHER = qwen3vl_teacher("Qwen3-VL-4B-Instruct", "~8.3 GB", "only the text stack runs: resident it needs about 11 GB "
+                          "of GPU memory; smaller cards stream it from RAM", vision=False)
 
 
 def _tap_text(taps: tuple[int, ...]) -> str:
@@ -66,26 +62,15 @@ class Flux3Pack(TrainerPack):
         return student.hidden(batch, mask, positions)[0].cpu().numpy()
 
     # ------------------------------------------------------------ teacher
-    def _teacher_text_config(self, project: "ProjectFolder") -> dict[str, Any] | None:
-        from trainer_core.contract.shards import mock_enabled
-        path = self.resolve_material(project, "teacher") / "config.json"
-        if not path.is_file() and mock_enabled(project):
-            return None
-        path = self.require_material(project, "teacher") / "config.json"
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))["text_config"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ModelFileError(f"The teacher config {path} cannot be read as a Qwen3-VL config ({e}); "
-                                 f"download {self.teacher_repo} again.") from None
-
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """out_dim = 8 taps × the text stack's width, from the teacher's config.json (the reference shapes
         when the teacher is mocked and not downloaded)."""
-        config = self._teacher_text_config(project)
+        config = self.material_json(project)
         if config is None:
             return dict(self.reference_dims)
         try:
-            layer_dim, n_layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
+            text = config["text_config"]
+            layer_dim, n_layers = int(text["hidden_size"]), int(text["num_hidden_layers"])
         except (KeyError, TypeError, ValueError):
             raise ModelFileError(f"The teacher config in {self.resolve_material(project, 'teacher')} has no "
                                  f"text_config.hidden_size / num_hidden_layers; download {self.teacher_repo} "

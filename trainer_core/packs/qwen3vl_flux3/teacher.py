@@ -14,13 +14,12 @@ there is no CUDA. `MockKleinTeacher` gives deterministic rows of the same shapes
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
 from trainer_core.base.errors import ModelFileError
+from trainer_core.packs.common.snapshot_teacher import SnapshotTeacher
 from trainer_core.packs.common.qwen3vl.teacher import check_rope, choose_mode, load_snapshot, resident_need_gib
 from trainer_core.packs.qwen3vl_flux3.template import PAD_ID, padded_batch, taps_for
 
@@ -28,27 +27,23 @@ from trainer_core.packs.qwen3vl_flux3.template import PAD_ID, padded_batch, taps
 __all__ = ["KleinTeacher", "MockKleinTeacher", "choose_mode", "resident_need_gib"]
 
 
-class KleinTeacher:
+class KleinTeacher(SnapshotTeacher):
     """The real teacher from a Qwen3-VL snapshot folder (see the module docstring)."""
 
-    def __init__(self, root: str | os.PathLike, device: str | torch.device = "cpu", mode: str = "auto",
-                 gpu_mem_gib: float = 0.0, dtype: torch.dtype | None = None,
-                 log: Callable[[str], None] | None = None):
-        from transformers import AutoConfig
+    placement = staticmethod(choose_mode)
 
-        self.root, self.device = Path(root), torch.device(device)
-        self.notes: list[str] = []
-        note = log or self.notes.append
+    def _read(self) -> None:
+        from transformers import AutoConfig
         try:
             text = AutoConfig.from_pretrained(self.root).text_config
-            self.layer_dim, n_layers = int(text.hidden_size), int(text.num_hidden_layers)
+            self.layer_dim, self.n_layers = int(text.hidden_size), int(text.num_hidden_layers)
         except (OSError, ValueError, AttributeError) as e:
             raise ModelFileError(f"The Qwen3-VL config in {self.root} cannot be read ({e}); download the teacher "
                                  "again.") from None
-        self.taps = taps_for(n_layers)
+        self.taps = taps_for(self.n_layers)
         self.out_dim = self.layer_dim * len(self.taps)
-        self.mode = choose_mode(self.root, mode, self.device, gpu_mem_gib)
-        self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+
+    def _load(self) -> None:
         self.tokenizer, model = load_snapshot(self.root, self.dtype)
         lm = getattr(model, "language_model", None)
         if lm is None or not hasattr(lm, "layers"):
@@ -59,22 +54,16 @@ class KleinTeacher:
         lm.eval().requires_grad_(False)
         check_rope(lm)
         table = lm.get_input_embeddings().weight
-        if self.mode == "offload":
-            from accelerate import cpu_offload
+        if self.mode == "offload":             # the table stays a plain copy on the card
             self.embed = table.detach().to(self.device, copy=True)
-            cpu_offload(lm, execution_device=self.device)
-        else:
-            lm.to(self.device if self.mode == "gpu" else "cpu")
+        self._settle(lm, streamed=(lm,))
+        if self.mode != "offload":
             self.embed = table.detach()
-            if self.mode == "cpu":
-                torch.set_num_threads(os.cpu_count() or 1)
         self.model = lm
-        note(f"FLUX.3 Klein teacher: {n_layers} layers of {self.layer_dim}, taps {', '.join(map(str, self.taps))} "
-             f"({self.out_dim} per row), {self.mode} on {self.device}")
 
-    @property
-    def exec_device(self) -> torch.device:
-        return self.device if self.mode != "cpu" else torch.device("cpu")
+    def _summary(self) -> str:
+        return (f"FLUX.3 Klein teacher: {self.n_layers} layers of {self.layer_dim}, taps "
+                f"{', '.join(map(str, self.taps))} ({self.out_dim} per row), {self.mode} on {self.device}")
 
     def hidden(self, token_lists: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Per sample, [n_real + 1, out_dim] float32 on the CPU: the stacked taps of its real rows and of

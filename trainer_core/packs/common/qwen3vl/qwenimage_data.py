@@ -30,7 +30,7 @@ import numpy as np
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.prompt_attention import parse_prompt_attention
 from trainer_core.packs.common.qwen3vl.vision_data import (FACTOR, IMAGE_PAD, SUFFIX, SUFFIX_IDS, VISION_END,
-                                                           VISION_START, encode_chunks)
+                                                           VISION_START, encode_chunks, token_runs)
 
 __all__ = ["SYSTEM", "USER", "START", "SYSTEM_TOKENS", "FIRST_SLOT", "image_block", "sample_string", "sample_chunks",
            "Sample", "build_sample", "check_templates", "target_size", "choose_area", "load_rgb_over_white",
@@ -69,16 +69,7 @@ def build_sample(tokenizer: Any, text: str, image_tokens: Sequence[int] = (), wh
     """Token ids and image slots (the runs of <|image_pad|>, checked against the requested counts
     and the vision markers around them)."""
     ids = encode_chunks(tokenizer, sample_chunks(text, image_tokens))
-    slots, i = [], 0
-    while i < len(ids):
-        if ids[i] == IMAGE_PAD:
-            j = i
-            while j < len(ids) and ids[j] == IMAGE_PAD:
-                j += 1
-            slots.append((i, j - i))
-            i = j
-        else:
-            i += 1
+    slots = token_runs(ids, IMAGE_PAD)
     ok = ([n for _, n in slots] == list(image_tokens)
           and all(ids[s - 1] == VISION_START and s + n < len(ids) and ids[s + n] == VISION_END for s, n in slots))
     if not ok:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from trainer_core.contract.devices import is_big_card, place_teacher
 from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.common.qwen3vl.vision_data import FACTOR, MERGE, PATCH, TEMPORAL, merged_tokens, patchify
 from trainer_core.packs.common.rope_guard import RopeError, table_problem
+from trainer_core.packs.common.snapshot_teacher import SnapshotTeacher
 
 __all__ = ["VISION_BUDGETS", "auto_budgets", "text_weights_gib", "resolve_mode", "resident_need_gib", "choose_mode",
            "RESIDENT_HEADROOM_GIB", "Qwen3VLTeacher",
@@ -121,17 +122,13 @@ def check_rope(model: torch.nn.Module) -> None:
                         "precompute refuses to run. Update transformers.")
 
 
-class Qwen3VLTeacher:
+class Qwen3VLTeacher(SnapshotTeacher):
     """The real teacher from a Qwen3-VL snapshot folder (see the module docstring)."""
 
-    def __init__(self, root: str | os.PathLike, device: str | torch.device = "cpu", mode: str = "auto",
-                 gpu_mem_gib: float = 0.0, dtype: torch.dtype | None = None,
-                 log: Callable[[str], None] | None = None):
-        from transformers import AutoConfig
+    placement = staticmethod(choose_mode)
 
-        self.root, self.device = Path(root), torch.device(device)
-        self.notes: list[str] = []
-        note = log or self.notes.append
+    def _read(self) -> None:
+        from transformers import AutoConfig
         try:
             config = AutoConfig.from_pretrained(self.root)
             vision, text = config.vision_config, config.text_config
@@ -143,8 +140,8 @@ class Qwen3VLTeacher:
             raise ModelFileError(f"The teacher's vision tower uses patch {geometry[0]}, merge {geometry[1]} and "
                                  f"temporal {geometry[2]}; the engine's MageFlow path needs 16, 2 and 2.")
         self.vis_dim, self.out_dim = int(vision.out_hidden_size), int(text.hidden_size)
-        self.mode = choose_mode(self.root, mode, self.device, gpu_mem_gib)
-        self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+
+    def _load(self) -> None:
         self.tokenizer, model = load_snapshot(self.root, self.dtype)
         if not hasattr(model, "visual") or not hasattr(model, "language_model"):
             raise ModelFileError(f"{self.root} does not load as a Qwen3-VL model (no vision tower and text stack); "
@@ -152,22 +149,15 @@ class Qwen3VLTeacher:
         model.eval().requires_grad_(False)
         check_rope(model)
         table = model.language_model.get_input_embeddings().weight
-        if self.mode == "offload":
-            from accelerate import cpu_offload
-            model.visual.to(self.device)
+        if self.mode == "offload":             # the table stays a plain copy on the card
             self.embed = table.detach().to(self.device, copy=True)
-            cpu_offload(model.language_model, execution_device=self.device)
-        else:
-            model.to(self.device if self.mode == "gpu" else "cpu")
+        self._settle(model, resident=(model.visual,), streamed=(model.language_model,))
+        if self.mode != "offload":
             self.embed = table.detach()
-            if self.mode == "cpu":
-                torch.set_num_threads(os.cpu_count() or 1)
         self.model = model
-        note(f"Qwen3-VL teacher: text {self.out_dim}-d, vision rows {self.vis_dim}-d, {self.mode} on {self.device}")
 
-    @property
-    def exec_device(self) -> torch.device:
-        return self.device if self.mode != "cpu" else torch.device("cpu")
+    def _summary(self) -> str:
+        return f"Qwen3-VL teacher: text {self.out_dim}-d, vision rows {self.vis_dim}-d, {self.mode} on {self.device}"
 
     def _tower(self, images: Sequence[np.ndarray], budget: int) -> Iterator[tuple[Any, tuple, list[int]]]:
         """The vision tower over images batched within `budget` merged tokens: per batch, its output,

@@ -36,7 +36,8 @@ __all__ = [
     "EDIT_PREFIX", "T2I_PREFIX", "SUFFIX", "EDIT_START", "T2I_START", "HEADER_TOKENS", "SUFFIX_IDS",
     "IMAGE_PAD", "VISION_START", "VISION_END", "FIRST_SLOT", "MAX_SIDE", "FACTOR", "CLIP_MEAN", "CLIP_STD",
     "PATCH", "MERGE", "TEMPORAL", "header", "sample_string", "sample_chunks", "encode_chunks", "Sample", "build_sample",
-    "check_templates", "target_size", "image_tokens", "merged_tokens", "load_rgb", "clip_preprocess", "preprocess",
+    "check_templates", "token_runs",
+    "llround", "target_size", "image_tokens", "merged_tokens", "load_rgb", "clip_preprocess", "preprocess",
     "patchify",
 ]
 
@@ -131,7 +132,23 @@ def check_templates(tokenizer: Any, what: str) -> None:
 
 # ---------------------------------------------------------------- reference images
 
-def _round_half_away(x: float) -> int:
+def token_runs(ids: Sequence[int], token: int) -> list[tuple[int, int]]:
+    """(start, length) of every run of `token` in `ids` (the image slots of a template)."""
+    runs, i = [], 0
+    while i < len(ids):
+        if ids[i] == token:
+            j = i
+            while j < len(ids) and ids[j] == token:
+                j += 1
+            runs.append((i, j - i))
+            i = j
+        else:
+            i += 1
+    return runs
+
+
+def llround(x: float) -> int:
+    """std::llround: to the nearest integer, halves away from zero."""
     return int(math.floor(x + 0.5)) if x >= 0 else -int(math.floor(-x + 0.5))
 
 
@@ -139,8 +156,8 @@ def target_size(width: int, height: int) -> tuple[int, int]:
     """(w_bar, h_bar): ggk 0.9.7's reference-image size (double precision, see the module doc)."""
     if width < 1 or height < 1:
         raise ValueError(f"an image must have positive sides, got {width}×{height}")
-    w_bar = max(FACTOR, _round_half_away(width / FACTOR) * FACTOR)
-    h_bar = max(FACTOR, _round_half_away(height / FACTOR) * FACTOR)
+    w_bar = max(FACTOR, llround(width / FACTOR) * FACTOR)
+    h_bar = max(FACTOR, llround(height / FACTOR) * FACTOR)
     longest = max(width, height)
     if longest > MAX_SIDE:
         beta = MAX_SIDE / longest                                       # a Python float is a C double

@@ -31,9 +31,12 @@ TEACHER_PATTERNS = ("config.json", "generation_config.json", "model.safetensors.
                     "chat_template.json")
 
 
-def qwen3vl_teacher(name: str, size_hint: str, hint: str) -> Material:
-    """The teacher material of a vision pack: the Qwen/<name> snapshot under materials/<name>."""
-    return Material("teacher", f"{name} (teacher)", "hf_snapshot", repo=f"Qwen/{name}", patterns=TEACHER_PATTERNS,
+def qwen3vl_teacher(name: str, size_hint: str, hint: str, material_id: str = "teacher", role: str = "teacher",
+                    vision: bool = True) -> Material:
+    """A Qwen3-VL snapshot material: Qwen/<name> under materials/<name>, titled "<name> (<role>)"; without
+    `vision` the image preprocessor's config is not fetched (a pack that runs the text stack only)."""
+    patterns = tuple(p for p in TEACHER_PATTERNS if vision or p != "preprocessor_config.json")
+    return Material(material_id, f"{name} ({role})", "hf_snapshot", repo=f"Qwen/{name}", patterns=patterns,
                     subdir=name, size_hint=size_hint, hint=hint)
 
 
@@ -105,22 +108,10 @@ class VisionPack(TrainerPack):
         return images
 
     # ------------------------------------------------------------ teacher
-    def _teacher_config(self, project: "ProjectFolder") -> dict[str, Any] | None:
-        from trainer_core.contract.shards import mock_enabled
-        path = self.resolve_material(project, "teacher") / "config.json"
-        if not path.is_file() and mock_enabled(project):
-            return None
-        path = self.require_material(project, "teacher") / "config.json"
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ModelFileError(f"The teacher config {path} cannot be read ({e}); "
-                                 "download the teacher again.") from None
-
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """text_config.hidden_size and vision_config.out_hidden_size of the teacher's config.json (the
         reference shapes when the teacher is mocked and not downloaded)."""
-        config = self._teacher_config(project)
+        config = self.material_json(project)
         if config is None:
             return dict(self.reference_dims)
         try:

@@ -4,7 +4,6 @@ mock (teacher.py), the demo's tiny real T5 (tiny.py), and the pack hooks over th
 A T5 engine family is a declaration of this class (packs/t5xxl_pixart/, docs/pack_template/)."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -29,11 +28,9 @@ class T5EncoderPack(TrainerPack):
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """d_model and vocab_size of the teacher's config.json (the reference shape when the
         teacher is mocked and not downloaded)."""
-        from trainer_core.contract.shards import mock_enabled
-        path = self.resolve_material(project, "teacher") / "config.json"
-        if not path.is_file() and mock_enabled(project):
+        config = self.material_json(project)
+        if config is None:
             return {"out_dim": T5_WIDTH, "seed_vocab": T5_VOCAB, "num_queries": T5_WINDOW}
-        config = json.loads(self.require_material(project, "teacher").joinpath("config.json").read_text())
         return {"out_dim": int(config["d_model"]), "seed_vocab": int(config["vocab_size"]),
                 "num_queries": T5_WINDOW}
 

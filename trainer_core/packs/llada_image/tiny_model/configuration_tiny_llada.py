@@ -13,22 +13,11 @@ class TinyLLaDAConfig(PretrainedConfig):
                  rms_norm_eps=1e-6, pad_token_id=151643, num_key_value_heads=None, num_experts=0,
                  num_experts_per_tok=0, moe_intermediate_size=0, num_shared_experts=0, first_k_dense_replace=0,
                  n_group=1, topk_group=1, routed_scaling_factor=1.0, **kwargs):
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.intermediate_size = intermediate_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
+        given = locals()
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                     "head_dim", "rope_theta", "partial_rotary_factor", "rms_norm_eps", "num_experts",
+                     "num_experts_per_tok", "moe_intermediate_size", "num_shared_experts", "first_k_dense_replace",
+                     "n_group", "topk_group", "routed_scaling_factor"):
+            setattr(self, name, given[name])
         self.num_key_value_heads = num_key_value_heads or num_attention_heads
-        self.head_dim = head_dim
-        self.rope_theta = rope_theta
-        self.partial_rotary_factor = partial_rotary_factor
-        self.rms_norm_eps = rms_norm_eps
-        self.num_experts = num_experts
-        self.num_experts_per_tok = num_experts_per_tok
-        self.moe_intermediate_size = moe_intermediate_size
-        self.num_shared_experts = num_shared_experts
-        self.first_k_dense_replace = first_k_dense_replace
-        self.n_group = n_group
-        self.topk_group = topk_group
-        self.routed_scaling_factor = routed_scaling_factor
         super().__init__(pad_token_id=pad_token_id, **kwargs)
