@@ -340,6 +340,50 @@ def test_the_reader_repeats_the_stored_pad_row_to_a_multiple_of_80(tmp_path):
         torch.testing.assert_close(alone.weight[0], batch.weight[s, :R])
 
 
+def test_a_shard_without_pads_and_with_sup_start_weighs_only_the_rows_the_engine_keeps(tmp_path):
+    """pad_multiple 1 and only the real rows stored; sup_start names the first row the DiT reads: the rows
+    before it come back (the adapter runs over them) with weight 0, and the metrics skip them."""
+    n_real, sup = [40, 35, 60], 34
+    rows_q, rows_t = [], []
+    for s, n in enumerate(n_real):
+        rows_q.append(1000 * s + torch.arange(n, dtype=torch.float32)[:, None] + torch.arange(4) / 100)
+        rows_t.append(1000 * s + torch.arange(n, dtype=torch.float32)[:, None] + torch.arange(6) / 100)
+    q, t = torch.cat(rows_q), torch.cat(rows_t)
+    lens = torch.tensor(n_real, dtype=torch.int32)
+    path = tmp_path / "val-00000.safetensors"
+    write_shard(path, {"ids": torch.zeros(len(q), dtype=torch.int32), "len": lens, "t_len": lens.clone(), "q_pack": q,
+                       "t_pack": t, "n_real": lens.clone(), "pad_multiple": torch.tensor([1], dtype=torch.int32),
+                       "n_taps": torch.tensor([2], dtype=torch.int32),
+                       "sup_start": torch.full((3,), sup, dtype=torch.int32), "stat_s": t.double().sum(0),
+                       "stat_s2": (t.double() ** 2).sum(0), "stat_n": torch.tensor([len(t)])},
+                {"pack": "test", "kind": "token_aligned_layerwise", "samples": 3}, ["a", "b", "c"])
+    (batch,) = list(val_batches([path], 8))
+    assert batch.mask.sum(1).tolist() == n_real and not batch.pad.any()
+    for s, n in enumerate(n_real):
+        torch.testing.assert_close(batch.h[s, :n], rows_q[s])
+        assert (batch.weight[s, :sup] == 0).all() and (batch.weight[s, sup:n] == 1).all()
+        assert (batch.weight[s, n:] == 0).all()
+    from trainer_core.contract.tap_losses import LayerwiseMetrics
+    mu, sigma = torch.zeros(6), torch.ones(6)
+    metrics = LayerwiseMetrics(mu, sigma, (1, 2))
+    wrong_before = batch.target.clone()
+    wrong_before[:, :sup] = -wrong_before[:, :sup]          # a prediction wrong only where the engine drops rows
+    metrics.update(wrong_before, batch.target, weight=batch.weight, pad=batch.pad)
+    assert metrics.result()["cos"] == pytest.approx(1.0)
+    # without sup_start the same prediction scores the dropped rows too
+    path2 = tmp_path / "val-00001.safetensors"
+    write_shard(path2, {"ids": torch.zeros(len(q), dtype=torch.int32), "len": lens, "t_len": lens.clone(),
+                        "q_pack": q, "t_pack": t, "n_real": lens.clone(),
+                        "pad_multiple": torch.tensor([1], dtype=torch.int32), "n_taps": torch.tensor([2], dtype=torch.int32),
+                        "stat_s": t.double().sum(0), "stat_s2": (t.double() ** 2).sum(0), "stat_n": torch.tensor([len(t)])},
+                {"pack": "test", "kind": "token_aligned_layerwise", "samples": 3}, ["a", "b", "c"])
+    (plain,) = list(val_batches([path2], 8))
+    assert (plain.weight[plain.mask] == 1).all()
+    metrics = LayerwiseMetrics(mu, sigma, (1, 2))
+    metrics.update(wrong_before, plain.target, weight=plain.weight, pad=plain.pad)
+    assert metrics.result()["cos"] < 0.9
+
+
 # ---------------------------------------------------------------- statistics and loss
 
 def test_relative_sigma_floors_each_tap_at_a_fraction_of_its_lower_median():

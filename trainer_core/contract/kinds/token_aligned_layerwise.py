@@ -6,6 +6,8 @@ layers (at least 2; a 1-entry map reads as a plain adapter). Trained on standard
 per-tap relative σ floor and a per-tap cosine (contract/tap_losses.py); the export folds σ into out_proj
 (+ μ) and skip (σ only). Its shards store each sample's real rows and ONE pad row (`n_real`,
 `pad_multiple`): the reader repeats the pad row to the next multiple, and a sample's pads weigh one row.
+A shard with `pad_multiple` 1 has no pad rows; one with `sup_start` [S] names, per sample, the first row
+the engine hands on to the DiT: the adapter still runs over the rows before it, which weigh 0.
 """
 from __future__ import annotations
 
@@ -142,11 +144,13 @@ class LayerwiseKind(AdapterKind):
     def rows(self, src: Any) -> None:
         src.n_real = src.shard["n_real"].long()
         src.pad_multiple = int(src.shard["pad_multiple"][0])
+        src.sup_start = src.shard["sup_start"].long() if "sup_start" in src.shard.keys else None
 
     def collate(self, src: Any, idx: Any, keep_dtype: bool, pin: bool) -> Any:
         """Each sample's rows as the engine hands them to the adapter: its n_real rows, then its one stored
         pad row repeated up to the next multiple of pad_multiple (none when n_real is one already). Real
-        rows weigh 1 and the pads of a sample 1/n_pad each, so a sample's pads count as one row."""
+        rows weigh 1 and the pads of a sample 1/n_pad each, so a sample's pads count as one row; rows before
+        the sample's sup_start (when the shard has one) weigh 0."""
         import torch
 
         from trainer_core.contract.batch import Batch
@@ -158,6 +162,8 @@ class LayerwiseKind(AdapterKind):
         pad = keep & (within >= n_real[:, None])
         n_pad = (rows - n_real).clamp_min(1)
         weight = torch.where(pad, 1.0 / n_pad[:, None].float(), keep.float())
+        if src.sup_start is not None:          # the engine drops these rows after the adapter
+            weight = weight * (within >= src.sup_start[idx][:, None])
         src_row = off[:, None] + torch.minimum(within, n_real[:, None])                # the stored pad at n_real
         flat_src, flat_dest = src_row[keep], (torch.arange(B)[:, None] * L + within)[keep]
 
