@@ -1,0 +1,204 @@
+"""Krea 2 (and Iris-3B with the same file): Qwen3-VL-4B-Instruct layers 2, 5, …, 35 stacked → pig_clip + a
+12-tap layerwise adapter.
+
+The DiT reads, per row of the MageFlow text-to-image template from row 34 on, the teacher's hidden states
+of 12 intermediate layers side by side (12 × 2560 = 30720); its text fusion runs across the 12 layers. The
+engine adds no pads, so a shard keeps each sample's real rows only (`pad_multiple` 1) and names row 34 as
+where supervision starts (`sup_start`): the adapter runs over the system turn, whose rows weigh 0
+(template.py; engine-adapter-families §1.2). The FLUX.3 Klein pack's machinery does the rest: the same
+teacher with other taps, the same kind, per-tap loss and export fold.
+
+Iris-3B reuses the adapter: same template and taps, the caption capped at 300 tokens. The corpus keeps
+its prompts inside that cap (a longer prompt's body is cut as Iris cuts it), and the Output tab prints
+both engine commands. The engine's notes cite val cos 0.948 for a 12-tap run of this recipe.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from trainer_core.base.errors import ModelFileError
+from trainer_core.packs.base import STUDENT_MATERIALS, Budgets
+from trainer_core.packs.common.qwen3vl.vision_data import check_templates, encode_chunks
+from trainer_core.packs.common.qwen3vl.vision_pack import PROBES, qwen3vl_teacher
+from trainer_core.packs.qwen3vl_flux3 import Flux3Pack
+from trainer_core.packs.qwen3vl_flux3.template import padded_batch
+from trainer_core.packs.qwen3vl_krea2.template import (IRIS_CAPTION_CAP, MAX_ROWS, SUFFIX, SUFFIX_IDS, SYSTEM_ROWS,
+                                                       T2I_PREFIX, TAPS, fit_caption, taps_for, template_chunks)
+
+if TYPE_CHECKING:
+    from trainer_core.contract.kinds import AdapterConfig
+    from trainer_core.base.folder import ProjectFolder
+
+__all__ = ["PACK", "Krea2Pack", "TEACHER"]
+
+LAYER_DIM, N_LAYERS = 2560, 36           # Qwen3-VL-4B's text stack: the reference shapes
+_BODY_TOKENS = 60                        # the disk estimate's prompt: ~60 tokens of body
+
+TEACHER = qwen3vl_teacher("Qwen3-VL-4B-Instruct", "~8.3 GB", "only the text stack up to layer 35 runs: resident it "
+                          "needs about 11 GB of GPU memory; smaller cards stream it from RAM", vision=False)
+
+
+def _target(taps: tuple[int, ...], out_dim: int) -> str:
+    return (f"krea2 / iris text conditioning (Qwen3-VL-4B-Instruct hidden_states {','.join(map(str, taps))} "
+            f"stacked, {out_dim} per template token from row {SYSTEM_ROWS} on)")
+
+
+@dataclass(frozen=True)
+class Krea2Pack(Flux3Pack):
+    teacher_class = "trainer_core.packs.qwen3vl_krea2.teacher:Krea2Teacher"
+
+    def student_chunks(self, text: str) -> list[str]:
+        return template_chunks(text)
+
+    def template_ids(self, student: Any, text: str) -> list[int]:
+        """The engine's ids for a prompt, its caption cut to Iris' 300 tokens (the marker kept)."""
+        return fit_caption(student.ids(self.student_chunks(text)), self.max_len_student)
+
+    def student_states(self, student: Any, text: str) -> Any:
+        """The rows the engine hands the adapter: the template's rows, no pads."""
+        ids = student.ids(self.student_chunks(text))
+        return student.hidden(*padded_batch([ids], len(ids)))[0].cpu().numpy()
+
+    # ------------------------------------------------------------ teacher
+    def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
+        """out_dim = 12 taps × the text stack's width, from the teacher's config.json (the reference shapes
+        when the teacher is mocked and not downloaded)."""
+        dims = super().teacher_dims(project)
+        return {**dims, "out_dim": dims["layer_dim"] * len(taps_for(dims["n_layers"]))}
+
+    def build_mock_teacher(self, project: "ProjectFolder") -> Any:
+        from trainer_core.packs.qwen3vl_krea2.teacher import MockKrea2Teacher
+        dims = self.teacher_dims(project)
+        return MockKrea2Teacher(dims["out_dim"], taps_for(dims["n_layers"]))
+
+    # ------------------------------------------------------------ precompute
+    def prepare(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> None:
+        """Both tokenizers give the engine's template counts (34 rows before the prompt, the marker's ids), and
+        the teacher's own encoding of the whole template string equals the student's piecewise one."""
+        check_templates(student.tokenizer, "student")
+        tok = getattr(teacher, "tokenizer", None)
+        if tok is None:
+            return
+        check_templates(tok, "teacher")
+        for text in PROBES:
+            mine = student.ids(self.student_chunks(text))
+            theirs = encode_chunks(tok, [T2I_PREFIX + text + SUFFIX])
+            if mine != theirs:
+                raise ModelFileError(f"The student and teacher tokenizers disagree on {text!r} ({len(mine)} vs "
+                                     f"{len(theirs)} tokens); the adapter needs one token sequence for both: use "
+                                     "matching snapshots.")
+
+    def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets, session: Any = None
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Layerwise layout without pads (docs/SHARDS.md): per sample its template rows for the student and
+        the teacher, supervised from row 34; samples sorted by length."""
+        import torch
+
+        from trainer_core.contract.batching import greedy_batches
+        from trainer_core.contract.shards import target_moments
+        full = [student.ids(self.student_chunks(p)) for p in prompts]
+        truncated = sum(len(ids) > self.max_len_student for ids in full)
+        tokens = [fit_caption(ids, self.max_len_student) for ids in full]
+        order = sorted(range(len(prompts)), key=lambda i: len(tokens[i]))
+        prompts, tokens = [prompts[i] for i in order], [tokens[i] for i in order]
+        lengths = [len(t) for t in tokens]
+        t_rows: list[Any] = []
+        for batch in greedy_batches([n + 1 for n in lengths], budgets.teacher_batch, budgets.tok_budget):
+            t_rows += [rows.to(torch.bfloat16) for rows in teacher.hidden([tokens[i] for i in batch])]
+        q_rows: list[Any] = []
+        for batch in greedy_batches(lengths, budgets.student_batch, budgets.student_tok_budget):
+            ids, mask, positions = padded_batch([tokens[i] for i in batch])
+            states = student.hidden(ids, mask, positions).to("cpu", torch.bfloat16)
+            q_rows += [states[row, :lengths[i]].clone() for row, i in enumerate(batch)]
+        t_pack = torch.cat(t_rows)
+        taps = tuple(getattr(teacher, "taps", TAPS))
+        tensors = {
+            "ids": torch.tensor([i for ids in tokens for i in ids], dtype=torch.int32),
+            "len": torch.tensor(lengths, dtype=torch.int32),
+            "q_pack": torch.cat(q_rows), "t_pack": t_pack,
+            "t_len": torch.tensor(lengths, dtype=torch.int32),
+            "n_real": torch.tensor(lengths, dtype=torch.int32),
+            "pad_multiple": torch.tensor([1], dtype=torch.int32),
+            "n_taps": torch.tensor([len(taps)], dtype=torch.int32),
+            "sup_start": torch.full((len(tokens),), SYSTEM_ROWS, dtype=torch.int32),
+            **target_moments(torch.cat([rows[SYSTEM_ROWS:] for rows in t_rows])),    # the rows the DiT reads
+        }
+        return tensors, {"prompts": prompts, "num_queries": 0, "truncated_student": truncated,
+                         "meta": {"taps": list(taps), "pad_multiple": 1, "sup_start": SYSTEM_ROWS,
+                                  "caption_cap": IRIS_CAPTION_CAP}}
+
+    # ------------------------------------------------------------ train / export
+    def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
+                       ) -> "AdapterConfig":
+        from trainer_core.contract.kinds import AdapterConfig
+        dims, t = dims or self.teacher_dims(project), project.settings.train
+        return AdapterConfig("token_aligned_layerwise", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
+                             depth=t.depth, taps=taps_for(dims["n_layers"]))
+
+    def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
+        return {**self.export_kvs, "adapter.target": _target(config.taps, config.out_dim)}
+
+    def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
+        """A student and a teacher row per template token (34 + ~60 + 5)."""
+        return (SYSTEM_ROWS + _BODY_TOKENS + len(SUFFIX_IDS)) * (student_dim + dims["out_dim"]) * 2
+
+    def ggk_command(self, project: "ProjectFolder") -> str:
+        """Krea 2 Turbo, then Iris-3B (pixel space: no VAE) with the same adapter."""
+        krea = super().ggk_command(project)
+        iris = krea.replace(self.ggk_model_args, "--diffusion-model iris-3b-f16.gguf").replace(
+            "--cfg-scale 1 --steps 8", "--cfg-scale 3")
+        return krea + "\n" + iris
+
+    def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
+        """A tiny random Qwen3-VL teacher with the real depth (36 text layers: taps 2 … 35) and the real Qwen
+        tokenizer."""
+        from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
+        write_tiny_qwen3vl(self.resolve_material(project, "teacher"), layers=N_LAYERS)
+
+
+PACK = Krea2Pack(
+    id="qwen3vl_krea2",
+    order=45,
+    demo_order=9,
+    title="Krea 2 / Iris-3B (Qwen3-VL-4B-Instruct layers 2…35 → 12-tap layerwise)",
+    description=(
+        "Replaces the Qwen3-VL-4B-Instruct text encoder of Krea 2 Turbo — and of Iris-3B, which taps it the same "
+        "way — with pig_clip and a token-aligned layerwise adapter: every row of the MageFlow text-to-image "
+        "template from row 34 on becomes the teacher's hidden states of layers 2, 5, …, 35 side by side "
+        "(12 × 2560 = 30720). No pads; prompts are kept within Iris' 300-token caption. Needs ggk 0.9.7 or later."
+    ),
+    adapter_kind="token_aligned_layerwise",
+    corpus_kind="text",
+    default_folder="qwen3vl_4b_krea2_adapter",
+    shard_contract="qwen3vl_krea2/1",
+    teacher_repo="Qwen/Qwen3-VL-4B-Instruct",
+    defaults={
+        "corpus": {"presets": ["gustavosta", "midjourney"], "n_train": 30000, "n_val": 1024, "empty_frac": 0.01,
+                   "min_chars": 8, "max_chars": 1100},
+        "precompute": {"shard_size": 512, "val_shard_size": 256, "teacher_batch": 0, "tok_budget": 0,
+                       "student_batch": 0, "student_tok_budget": 0, "teacher_mode": "auto"},
+        "train": {"width": 1024, "depth": 4, "steps": 20000, "batch_size": 32, "sigma_floor": 0.05,
+                  "batch_tokens": 8192},
+    },
+    export_kvs={
+        "adapter.qwen_hidden_source": "final_norm",
+        "adapter.teacher": "Qwen/Qwen3-VL-4B-Instruct",
+        "adapter.teacher_tap": f"layers {','.join(map(str, TAPS))} (hidden_states[k], stacked ascending)",
+        "adapter.target": _target(TAPS, LAYER_DIM * len(TAPS)),
+        "adapter.supervised_rows": f"template rows from {SYSTEM_ROWS}",
+        "adapter.student_prompt": "mageflow_t2i_template",
+    },
+    ggk_min_version="0.9.7",
+    t2i_template=T2I_PREFIX + "{text}" + SUFFIX,
+    t2i_start=SYSTEM_ROWS,
+    max_len_student=MAX_ROWS,
+    materials=STUDENT_MATERIALS + (TEACHER,),
+    metric_names=("cos", "cos_centered", "cos_raw", "cos_full", "rel_mse", "worst_sample_cos", "roundtrip_cos",
+                  "trained_steps", "val_samples"),
+    ggk_model_args="--diffusion-model krea2-turbo-nvfp4.gguf --vae krea2-vae-f16.gguf",
+    ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 8 --sampling-method euler --diffusion-fa",
+    reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},
+    demo_settings=("precompute.shard_size=120", "precompute.val_shard_size=40", "train.lr=0.002",
+                   "train.batch_tokens=0", "train.sigma_floor=0.05"),
+)
