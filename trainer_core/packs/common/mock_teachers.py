@@ -17,7 +17,8 @@ import torch
 
 from trainer_core.base.errors import ModelFileError
 
-__all__ = ["MockQueryTeacher", "MockTokenTeacher", "word_ids", "cell_features", "mock_tokenizer", "HashTokenizer"]
+__all__ = ["MockQueryTeacher", "MockTokenTeacher", "word_ids", "cell_features", "mock_tokenizer", "HashTokenizer",
+           "seeded_normal"]
 
 _BUCKETS = 4096
 _RANK = 32
@@ -123,3 +124,10 @@ class HashTokenizer:
                     ids.extend(self.words.get(w, self.base + zlib.crc32(w.encode("utf-8")) % self.buckets)
                                for w in part.split())
         return ids
+
+
+def seeded_normal(*shapes: tuple[int, ...], seed: int = _SEED) -> list[torch.Tensor]:
+    """Standard normal tensors of `shapes`, drawn in that order from one generator seeded with `seed` (the
+    vision mocks' bases: the same numbers on every machine)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=g) for shape in shapes]

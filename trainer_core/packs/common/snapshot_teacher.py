@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable, TypeVar
 
 import torch
 
+from trainer_core.base.errors import ModelFileError
+
 __all__ = ["SnapshotTeacher"]
+
+T = TypeVar("T")
 
 
 class SnapshotTeacher:
@@ -43,6 +47,16 @@ class SnapshotTeacher:
 
     def _summary(self) -> str:
         raise NotImplementedError
+
+    def _config(self, what: str, repo: str, read: Callable[[Any], T]) -> T:
+        """`read` of the snapshot's transformers config (AutoConfig), or ModelFileError naming the folder and the
+        repo to download again when the config or a field `read` takes is missing or malformed."""
+        from transformers import AutoConfig
+        try:
+            return read(AutoConfig.from_pretrained(self.root))
+        except (OSError, ValueError, AttributeError, TypeError, KeyError) as e:
+            raise ModelFileError(f"The {what} config in {self.root} cannot be read ({e}); download {repo} "
+                                 "again.") from None
 
     @property
     def exec_device(self) -> torch.device:

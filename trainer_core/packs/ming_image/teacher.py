@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.packs.common.mock_teachers import HashTokenizer, cell_features, mock_tokenizer
+from trainer_core.packs.common.mock_teachers import HashTokenizer, cell_features, mock_tokenizer, seeded_normal
 from trainer_core.packs.common.snapshot_teacher import SnapshotTeacher
 from trainer_core.packs.ming_image.connector import ThinkerPrompt, load_ming_parts, ming_targets
 from trainer_core.packs.ming_image.ling import REPO
@@ -153,11 +153,10 @@ class MockMingTeacher:
         self.tokenizer = tokenizer = mock_tokenizer(tokenizer, "Ling", REPO)
         self.encode = encoder(tokenizer) if tokenizer is not None else _hash_encode
         self.pad = pad_id(self.encode)
-        g = torch.Generator().manual_seed(4321)
-        self.tok_basis = torch.randn(64, self.out_dim, generator=g) / 4
-        self.cap_basis = torch.randn(64, self.cap_dim, generator=g) / 4
-        self.pix_basis = torch.randn(48, self.vis_dim, generator=g) / 4
-        self.vis_mix = torch.randn(self.vis_dim, self.out_dim, generator=g) / self.vis_dim ** 0.5
+        tok, cap, pix, mix = seeded_normal((64, self.out_dim), (64, self.cap_dim), (48, self.vis_dim),
+                                           (self.vis_dim, self.out_dim))
+        self.tok_basis, self.cap_basis, self.pix_basis = tok / 4, cap / 4, pix / 4
+        self.vis_mix = mix / self.vis_dim ** 0.5
 
     def encode_images(self, images: Sequence[np.ndarray], budget: int = 0) -> list[torch.Tensor]:
         """Per preprocessed image [h, w, 3], [(h/28)·(w/28), vis_dim] unit rows bf16 (`budget` unused)."""

@@ -31,7 +31,7 @@ from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.batching import pad_batch
 from trainer_core.packs.qwen35_bridge.template import (FACTOR, FIRST_SPECIAL_ID, IMAGE_PAD, PAD_ID, SPECIAL_TOKENS,
                                                        merged_tokens, patchify)
-from trainer_core.packs.common.mock_teachers import HashTokenizer, cell_features, mock_tokenizer
+from trainer_core.packs.common.mock_teachers import HashTokenizer, cell_features, mock_tokenizer, seeded_normal
 from trainer_core.packs.common.snapshot_teacher import SnapshotTeacher
 from trainer_core.packs.common.qwen3vl.teacher import (RESIDENT_HEADROOM_GIB, check_rope, image_batches, resolve_mode,
                                                       text_weights_gib)
@@ -79,15 +79,11 @@ class Qwen35Teacher(SnapshotTeacher):
     placement = staticmethod(choose_mode)
 
     def _read(self) -> None:
-        from transformers import AutoConfig
-        try:
-            config = AutoConfig.from_pretrained(self.root)
-            vision, text = config.vision_config, config.text_config
-            geometry = (int(vision.patch_size), int(vision.spatial_merge_size), int(vision.temporal_patch_size))
-            self.vis_dim, self.out_dim = int(vision.out_hidden_size), int(text.hidden_size)
-        except (OSError, ValueError, AttributeError, TypeError) as e:
-            raise ModelFileError(f"The Qwen3.5 config in {self.root} cannot be read ({e}); download {_REPO} "
-                                 "again.") from None
+        def read(config: Any) -> tuple[Any, tuple[int, int, int], int, int]:
+            v = config.vision_config
+            return (v, (int(v.patch_size), int(v.spatial_merge_size), int(v.temporal_patch_size)),
+                    int(v.out_hidden_size), int(config.text_config.hidden_size))
+        vision, geometry, self.vis_dim, self.out_dim = self._config("Qwen3.5", _REPO, read)
         if geometry != (16, 2, 2):
             raise ModelFileError(f"The teacher's vision tower uses patch {geometry[0]}, merge {geometry[1]} and "
                                  f"temporal {geometry[2]}; the engine's MOSS-Image path needs 16, 2 and 2.")
@@ -178,10 +174,8 @@ class MockQwen35Teacher:
     def __init__(self, out_dim: int = 4096, vis_dim: int = 4096, tokenizer: Any = None):
         self.out_dim, self.vis_dim = int(out_dim), int(vis_dim)
         self.tokenizer = mock_tokenizer(tokenizer, "teacher", _REPO)
-        g = torch.Generator().manual_seed(4321)
-        self.tok_basis = torch.randn(64, self.out_dim, generator=g) / 4
-        self.pix_basis = torch.randn(48, self.vis_dim, generator=g) / 4
-        self.vis_mix = torch.randn(self.vis_dim, self.out_dim, generator=g) / self.vis_dim ** 0.5
+        tok, pix, mix = seeded_normal((64, self.out_dim), (48, self.vis_dim), (self.vis_dim, self.out_dim))
+        self.tok_basis, self.pix_basis, self.vis_mix = tok / 4, pix / 4, mix / self.vis_dim ** 0.5
 
     def encode(self, text: str) -> list[int]:
         """The tokenizer.json's ids of a whole string, or the word-hash ids when there is none."""

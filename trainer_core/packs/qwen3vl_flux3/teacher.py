@@ -33,13 +33,8 @@ class KleinTeacher(SnapshotTeacher):
     placement = staticmethod(choose_mode)
 
     def _read(self) -> None:
-        from transformers import AutoConfig
-        try:
-            text = AutoConfig.from_pretrained(self.root).text_config
-            self.layer_dim, self.n_layers = int(text.hidden_size), int(text.num_hidden_layers)
-        except (OSError, ValueError, AttributeError) as e:
-            raise ModelFileError(f"The Qwen3-VL config in {self.root} cannot be read ({e}); download the teacher "
-                                 "again.") from None
+        self.layer_dim, self.n_layers = self._config("Qwen3-VL", "the teacher", lambda c: (
+            int(c.text_config.hidden_size), int(c.text_config.num_hidden_layers)))
         self.taps = taps_for(self.n_layers)
         self.out_dim = self.layer_dim * len(self.taps)
 

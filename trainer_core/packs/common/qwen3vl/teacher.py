@@ -31,6 +31,7 @@ from trainer_core.contract.batching import pad_batch
 from trainer_core.contract.devices import is_big_card, place_teacher
 from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.common.qwen3vl.vision_data import FACTOR, MERGE, PATCH, TEMPORAL, merged_tokens, patchify
+from trainer_core.packs.common.mock_teachers import seeded_normal
 from trainer_core.packs.common.rope_guard import RopeError, table_problem
 from trainer_core.packs.common.snapshot_teacher import SnapshotTeacher
 
@@ -128,13 +129,7 @@ class Qwen3VLTeacher(SnapshotTeacher):
     placement = staticmethod(choose_mode)
 
     def _read(self) -> None:
-        from transformers import AutoConfig
-        try:
-            config = AutoConfig.from_pretrained(self.root)
-            vision, text = config.vision_config, config.text_config
-        except (OSError, ValueError, AttributeError) as e:
-            raise ModelFileError(f"The Qwen3-VL config in {self.root} cannot be read ({e}); download the teacher "
-                                 "again.") from None
+        vision, text = self._config("Qwen3-VL", "the teacher", lambda c: (c.vision_config, c.text_config))
         geometry = (vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size)
         if geometry != (PATCH, MERGE, TEMPORAL):
             raise ModelFileError(f"The teacher's vision tower uses patch {geometry[0]}, merge {geometry[1]} and "
@@ -204,10 +199,8 @@ class MockVisionTeacher:
 
     def __init__(self, out_dim: int, vis_dim: int):
         self.out_dim, self.vis_dim = int(out_dim), int(vis_dim)
-        g = torch.Generator().manual_seed(4321)
-        self.pix_basis = torch.randn(48, self.vis_dim, generator=g) / 4
-        self.tok_basis = torch.randn(64, self.out_dim, generator=g) / 4
-        self.vis_mix = torch.randn(self.vis_dim, self.out_dim, generator=g) / self.vis_dim ** 0.5
+        pix, tok, mix = seeded_normal((48, self.vis_dim), (64, self.out_dim), (self.vis_dim, self.out_dim))
+        self.pix_basis, self.tok_basis, self.vis_mix = pix / 4, tok / 4, mix / self.vis_dim ** 0.5
 
     def encode_images(self, images: Sequence[np.ndarray], budget: int = 0) -> list[torch.Tensor]:
         out = []
