@@ -17,7 +17,8 @@ from packs.layerwise_numpy import gguf_tensors, layerwise_forward
 from packs.test_flux3 import engine, hf_tokenizer, student, student_dir  # noqa: F401 — fixtures
 from trainer_core.packs.base import Budgets
 from trainer_core.packs.qwen3vl_krea2 import PACK
-from trainer_core.packs.qwen3vl_krea2.teacher import Krea2Teacher, MockKrea2Teacher
+from trainer_core.packs.qwen3vl_flux3.teacher import MockKleinTeacher
+from trainer_core.packs.qwen3vl_krea2.teacher import Krea2Teacher
 from trainer_core.packs.qwen3vl_krea2.template import TAPS
 from trainer_core.project import Project
 
@@ -115,8 +116,8 @@ def test_the_teacher_is_the_plain_forwards_twelve_taps(teacher, qwen3vl36, hf_to
     got = teacher.hidden(tokens)
     want = plain_taps(qwen3vl36, tokens, TAPS)
     for g, w, t in zip(got, want, tokens):
-        assert g.shape == (len(t), 12 * 32)                  # no pad row: the engine adds none
-        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+        assert g.shape == (len(t) + 1, 12 * 32)              # the real rows, then the pad row the shard drops
+        torch.testing.assert_close(g[:len(t)], w, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(got[1][:, :32], got[1][:, -32:], atol=1e-3)    # tap 2 is not tap 35
 
 
@@ -136,6 +137,9 @@ def test_batched_precompute_equals_one_prompt_at_a_time(teacher, student):  # no
     assert n == sorted(n) and tensors["len"].tolist() == tensors["t_len"].tolist() == n
     assert tensors["pad_multiple"].tolist() == [1] and tensors["sup_start"].tolist() == [34] * len(n)
     assert int(tensors["stat_n"]) == sum(k - 34 for k in n)             # statistics over the rows the DiT reads
+    t64 = torch.cat([rows[34:] for rows in torch.split(tensors["t_pack"], n)]).double()
+    torch.testing.assert_close(tensors["stat_s"], t64.sum(0))
+    assert tensors["t_pack"].shape[0] == tensors["q_pack"].shape[0] == tensors["ids"].shape[0] == sum(n)
     offsets = np.cumsum([0, *n])
     for i, prompt in enumerate(order):
         alone, _ = PACK.make_shard([prompt], student, teacher, budgets)
@@ -143,7 +147,7 @@ def test_batched_precompute_equals_one_prompt_at_a_time(teacher, student):  # no
         torch.testing.assert_close(tensors["t_pack"][rows].float(), alone["t_pack"].float(), atol=2e-2, rtol=1e-2)
         torch.testing.assert_close(tensors["q_pack"][rows].float(), alone["q_pack"].float(), atol=2e-2, rtol=1e-2)
         assert tensors["ids"][rows].tolist() == alone["ids"].tolist()
-    mock, _ = PACK.make_shard(list(PROMPTS), student, MockKrea2Teacher(12 * 16, TAPS), budgets)
+    mock, _ = PACK.make_shard(list(PROMPTS), student, MockKleinTeacher(12 * 16, TAPS), budgets)
     assert mock["t_pack"].shape == (sum(n), 12 * 16)
 
 

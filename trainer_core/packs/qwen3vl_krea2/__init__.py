@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.packs.base import STUDENT_MATERIALS, Budgets
+from trainer_core.packs.base import Budgets
 from trainer_core.packs.common.qwen3vl.vision_data import check_templates, encode_chunks
-from trainer_core.packs.common.qwen3vl.vision_pack import PROBES, qwen3vl_teacher
+from trainer_core.packs.common.qwen3vl.vision_pack import PROBES
+from trainer_core.packs.qwen3vl_flux3 import PACK as FLUX3
 from trainer_core.packs.qwen3vl_flux3 import Flux3Pack
 from trainer_core.packs.qwen3vl_flux3.template import padded_batch
 from trainer_core.packs.qwen3vl_krea2.template import (IRIS_CAPTION_CAP, MAX_ROWS, SUFFIX, SUFFIX_IDS, SYSTEM_ROWS,
@@ -30,13 +31,10 @@ if TYPE_CHECKING:
     from trainer_core.contract.kinds import AdapterConfig
     from trainer_core.base.folder import ProjectFolder
 
-__all__ = ["PACK", "Krea2Pack", "TEACHER"]
+__all__ = ["PACK", "Krea2Pack"]
 
 LAYER_DIM, N_LAYERS = 2560, 36           # Qwen3-VL-4B's text stack: the reference shapes
 _BODY_TOKENS = 60                        # the disk estimate's prompt: ~60 tokens of body
-
-TEACHER = qwen3vl_teacher("Qwen3-VL-4B-Instruct", "~8.3 GB", "only the text stack up to layer 35 runs: resident it "
-                          "needs about 11 GB of GPU memory; smaller cards stream it from RAM", vision=False)
 
 
 def _target(taps: tuple[int, ...], out_dim: int) -> str:
@@ -68,9 +66,9 @@ class Krea2Pack(Flux3Pack):
         return {**dims, "out_dim": dims["layer_dim"] * len(taps_for(dims["n_layers"]))}
 
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
-        from trainer_core.packs.qwen3vl_krea2.teacher import MockKrea2Teacher
+        from trainer_core.packs.qwen3vl_flux3.teacher import MockKleinTeacher
         dims = self.teacher_dims(project)
-        return MockKrea2Teacher(dims["out_dim"], taps_for(dims["n_layers"]))
+        return MockKleinTeacher(dims["out_dim"], taps_for(dims["n_layers"]))
 
     # ------------------------------------------------------------ precompute
     def prepare(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> None:
@@ -91,42 +89,29 @@ class Krea2Pack(Flux3Pack):
 
     def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets, session: Any = None
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Layerwise layout without pads (docs/SHARDS.md): per sample its template rows for the student and
-        the teacher, supervised from row 34; samples sorted by length."""
+        """Layerwise layout without pads (docs/SHARDS.md): the FLUX.3 Klein shard of the same samples (cut to
+        Iris' caption) without each sample's pad row, supervised from row 34; statistics over those rows."""
         import torch
 
-        from trainer_core.contract.batching import greedy_batches
         from trainer_core.contract.shards import target_moments
-        full = [student.ids(self.student_chunks(p)) for p in prompts]
-        truncated = sum(len(ids) > self.max_len_student for ids in full)
-        tokens = [fit_caption(ids, self.max_len_student) for ids in full]
-        order = sorted(range(len(prompts)), key=lambda i: len(tokens[i]))
-        prompts, tokens = [prompts[i] for i in order], [tokens[i] for i in order]
-        lengths = [len(t) for t in tokens]
-        t_rows: list[Any] = []
-        for batch in greedy_batches([n + 1 for n in lengths], budgets.teacher_batch, budgets.tok_budget):
-            t_rows += [rows.to(torch.bfloat16) for rows in teacher.hidden([tokens[i] for i in batch])]
-        q_rows: list[Any] = []
-        for batch in greedy_batches(lengths, budgets.student_batch, budgets.student_tok_budget):
-            ids, mask, positions = padded_batch([tokens[i] for i in batch])
-            states = student.hidden(ids, mask, positions).to("cpu", torch.bfloat16)
-            q_rows += [states[row, :lengths[i]].clone() for row, i in enumerate(batch)]
-        t_pack = torch.cat(t_rows)
-        taps = tuple(getattr(teacher, "taps", TAPS))
-        tensors = {
-            "ids": torch.tensor([i for ids in tokens for i in ids], dtype=torch.int32),
-            "len": torch.tensor(lengths, dtype=torch.int32),
-            "q_pack": torch.cat(q_rows), "t_pack": t_pack,
-            "t_len": torch.tensor(lengths, dtype=torch.int32),
-            "n_real": torch.tensor(lengths, dtype=torch.int32),
-            "pad_multiple": torch.tensor([1], dtype=torch.int32),
-            "n_taps": torch.tensor([len(taps)], dtype=torch.int32),
-            "sup_start": torch.full((len(tokens),), SYSTEM_ROWS, dtype=torch.int32),
-            **target_moments(torch.cat([rows[SYSTEM_ROWS:] for rows in t_rows])),    # the rows the DiT reads
-        }
-        return tensors, {"prompts": prompts, "num_queries": 0, "truncated_student": truncated,
-                         "meta": {"taps": list(taps), "pad_multiple": 1, "sup_start": SYSTEM_ROWS,
-                                  "caption_cap": IRIS_CAPTION_CAP}}
+        tensors, extra = super().make_shard(prompts, student, teacher, budgets, session)
+        n_real = tensors["n_real"].long()                                        # [S]
+        ends = torch.cumsum(n_real + 1, 0)                                       # one past each stored pad row
+        keep = torch.ones(int(ends[-1]), dtype=torch.bool)
+        keep[ends - 1] = False
+        row = torch.arange(len(keep)) - torch.repeat_interleave(ends - n_real - 1, n_real + 1)   # row in sample
+        t_pack = tensors["t_pack"][keep]
+        for name in ("ids", "q_pack"):
+            tensors[name] = tensors[name][keep]
+        tensors.update(t_pack=t_pack, len=n_real.int(), t_len=n_real.int(),
+                       pad_multiple=torch.tensor([1], dtype=torch.int32),
+                       sup_start=torch.full((len(n_real),), SYSTEM_ROWS, dtype=torch.int32),
+                       **target_moments(t_pack[row[keep] >= SYSTEM_ROWS]))        # the rows the DiT reads
+        meta = extra["meta"]
+        for key in ("pad_id", "pad_position"):
+            meta.pop(key)
+        meta.update(pad_multiple=1, sup_start=SYSTEM_ROWS, caption_cap=IRIS_CAPTION_CAP)
+        return tensors, extra
 
     # ------------------------------------------------------------ train / export
     def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
@@ -147,7 +132,7 @@ class Krea2Pack(Flux3Pack):
         """Krea 2 Turbo, then Iris-3B (pixel space: no VAE) with the same adapter."""
         krea = super().ggk_command(project)
         iris = krea.replace(self.ggk_model_args, "--diffusion-model iris-3b-f16.gguf").replace(
-            "--cfg-scale 1 --steps 8", "--cfg-scale 3")
+            "--cfg-scale 1 --steps 4", "--cfg-scale 3")
         return krea + "\n" + iris
 
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
@@ -173,14 +158,7 @@ PACK = Krea2Pack(
     default_folder="qwen3vl_4b_krea2_adapter",
     shard_contract="qwen3vl_krea2/1",
     teacher_repo="Qwen/Qwen3-VL-4B-Instruct",
-    defaults={
-        "corpus": {"presets": ["gustavosta", "midjourney"], "n_train": 30000, "n_val": 1024, "empty_frac": 0.01,
-                   "min_chars": 8, "max_chars": 1100},
-        "precompute": {"shard_size": 512, "val_shard_size": 256, "teacher_batch": 0, "tok_budget": 0,
-                       "student_batch": 0, "student_tok_budget": 0, "teacher_mode": "auto"},
-        "train": {"width": 1024, "depth": 4, "steps": 20000, "batch_size": 32, "sigma_floor": 0.05,
-                  "batch_tokens": 8192},
-    },
+    defaults=FLUX3.defaults,
     export_kvs={
         "adapter.qwen_hidden_source": "final_norm",
         "adapter.teacher": "Qwen/Qwen3-VL-4B-Instruct",
@@ -193,12 +171,11 @@ PACK = Krea2Pack(
     t2i_template=T2I_PREFIX + "{text}" + SUFFIX,
     t2i_start=SYSTEM_ROWS,
     max_len_student=MAX_ROWS,
-    materials=STUDENT_MATERIALS + (TEACHER,),
+    materials=FLUX3.materials,
     metric_names=("cos", "cos_centered", "cos_raw", "cos_full", "rel_mse", "worst_sample_cos", "roundtrip_cos",
                   "trained_steps", "val_samples"),
     ggk_model_args="--diffusion-model krea2-turbo-nvfp4.gguf --vae krea2-vae-f16.gguf",
-    ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 8 --sampling-method euler --diffusion-fa",
+    ggk_args=FLUX3.ggk_args,
     reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},
-    demo_settings=("precompute.shard_size=120", "precompute.val_shard_size=40", "train.lr=0.002",
-                   "train.batch_tokens=0", "train.sigma_floor=0.05"),
+    demo_settings=FLUX3.demo_settings,
 )

@@ -2,22 +2,18 @@
 
 It is the FLUX.3 Klein teacher (qwen3vl_flux3/teacher.py: the text stack only, the layers past the deepest
 tap dropped, forward hooks collecting hidden_states[k], placement by `precompute.teacher_mode`) with the
-Krea 2 taps 2, 5, …, 35 and without pads: per sample only its real rows come back. The Klein teacher's
-batch pads every sample with at least one <|endoftext|> masked as a key, which no real row attends to, so
-the real rows are those of the unpadded template. `MockKrea2Teacher` gives deterministic rows of the same
-shapes with no file.
+Krea 2 taps 2, 5, …, 35. Its batch pads every sample with at least one <|endoftext|> masked as a key, which
+no real row attends to, so the real rows are those of the unpadded template the engine runs; the one pad
+row per sample it also returns is what the Klein shard stores, and the Krea 2 shard drops it. The mock is
+the Klein mock with these taps.
 """
 from __future__ import annotations
 
-from typing import Sequence
-
-import torch
-
-from trainer_core.packs.qwen3vl_flux3.teacher import KleinTeacher, MockKleinTeacher, choose_mode, resident_need_gib
+from trainer_core.packs.qwen3vl_flux3.teacher import KleinTeacher, choose_mode, resident_need_gib
 from trainer_core.packs.qwen3vl_krea2.template import taps_for
 
 # choose_mode and resident_need_gib: the placement rule Krea2Teacher takes (TrainerPack.teacher_class)
-__all__ = ["Krea2Teacher", "MockKrea2Teacher", "choose_mode", "resident_need_gib"]
+__all__ = ["Krea2Teacher", "choose_mode", "resident_need_gib"]
 
 
 class Krea2Teacher(KleinTeacher):
@@ -31,14 +27,3 @@ class Krea2Teacher(KleinTeacher):
     def _summary(self) -> str:
         return (f"Krea 2 teacher: {self.n_layers} layers of {self.layer_dim}, taps {', '.join(map(str, self.taps))} "
                 f"({self.out_dim} per row), {self.mode} on {self.device}")
-
-    def hidden(self, token_lists: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-        """Per sample, its real rows' stacked taps [n_real, out_dim] float32 on the CPU; one padded batch."""
-        return [rows[:-1] for rows in super().hidden(token_lists)]
-
-
-class MockKrea2Teacher(MockKleinTeacher):
-    """The Klein mock's rows of the real tokens (one-hot id mod 64 times a basis, position/100 in column 1)."""
-
-    def hidden(self, token_lists: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-        return [rows[:-1] for rows in super().hidden(token_lists)]
