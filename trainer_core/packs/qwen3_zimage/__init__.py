@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.contract.prompt_attention import parse_prompt_attention
 from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material, TrainerPack
+from trainer_core.packs.qwen3vl_flux3 import Flux3Pack
 from trainer_core.packs.qwen3_zimage.template import (N_LAYERS, PREFIX, PREFIX_IDS, SUFFIX, SUFFIX_IDS, TAP,
-                                                      check_templates, fit_template, tap_for)
+                                                      fit_template, tap_for)
 
 if TYPE_CHECKING:
     from trainer_core.contract.kinds import AdapterConfig
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["PACK", "ZImagePack", "TEACHER"]
 
 OUT_DIM = 2560                          # Qwen3-4B's width: the reference shape
-PROBES = ("a sheep in sunglasses", "", "(a red fox:1.3) in snow", "  leading spaces\nand a newline", "café ☕ 日本語")
 _BODY_TOKENS = 60                       # the disk estimate's prompt: ~60 tokens of body
 _REPO = "Qwen/Qwen3-4B"
 
@@ -42,11 +41,11 @@ TEACHER = Material(
 class ZImagePack(TrainerPack):
     teacher_class = "trainer_core.packs.qwen3_zimage.teacher:Qwen3Teacher"
 
-    def student_chunks(self, text: str) -> list[str]:
-        """PREFIX | the prompt, attention-parsed | SUFFIX, each tokenized on its own (the empty prompt: the two
-        template pieces)."""
-        body = [chunk for chunk, _ in parse_prompt_attention(text)] if text else []
-        return [PREFIX, *body, SUFFIX]
+    budget_scale: float = 0.5
+    # the FLUX.3 Klein template pieces, tokenizer checks and budgets: the engine builds the same template
+    student_chunks = Flux3Pack.student_chunks
+    prepare = Flux3Pack.prepare
+    budgets = Flux3Pack.budgets
 
     # ------------------------------------------------------------ teacher
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
@@ -67,30 +66,7 @@ class ZImagePack(TrainerPack):
         from trainer_core.packs.qwen3_zimage.teacher import MockZImageTeacher
         return MockZImageTeacher(self.teacher_dims(project)["out_dim"])
 
-    def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
-        from trainer_core.packs.common.qwen3vl.teacher import auto_budgets
-        p, auto = project.settings.precompute, auto_budgets(device, 0.5)
-        return Budgets(p.teacher_batch or auto["teacher_batch"], p.tok_budget or auto["tok_budget"],
-                       p.student_batch or auto["student_batch"], p.student_tok_budget or auto["student_tok_budget"])
-
     # ------------------------------------------------------------ precompute
-    def prepare(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> None:
-        """Both tokenizers give the engine's template ids, and the teacher's own encoding of the whole
-        template string equals the student's piecewise one on the probes."""
-        check_templates(student.tokenize, "student")
-        tok = getattr(teacher, "tokenizer", None)
-        if tok is None:
-            return
-        check_templates(lambda s: tok.encode(s, add_special_tokens=False).ids, "teacher")
-        for text in PROBES:
-            mine = student.ids(self.student_chunks(text))
-            theirs = tok.encode(PREFIX + "".join(c for c, _ in parse_prompt_attention(text)) + SUFFIX if text
-                                else PREFIX + SUFFIX, add_special_tokens=False).ids
-            if mine != theirs:
-                raise ModelFileError(f"The student and teacher tokenizers disagree on {text!r} ({len(mine)} vs "
-                                     f"{len(theirs)} tokens); the adapter needs one token sequence for both: use "
-                                     "matching snapshots.")
-
     def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets, session: Any = None
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Token-aligned layout with no images (docs/SHARDS.md): per sample its template rows for the student

@@ -10,7 +10,6 @@ card (`gpu`), streamed from RAM layer by layer (`offload`), or the CPU without C
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import torch
@@ -18,8 +17,8 @@ import torch
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.batching import pad_batch
 from trainer_core.packs.common.mock_teachers import MockTokenTeacher, mock_tokenizer
-from trainer_core.packs.common.qwen3vl.teacher import (RESIDENT_HEADROOM_GIB, check_rope, resolve_mode,
-                                                      text_weights_gib)
+# choose_mode and resident_need_gib: the Qwen teachers' rule (the weights + 3 GiB), which Qwen3Teacher takes
+from trainer_core.packs.common.qwen3vl.teacher import check_rope, choose_mode, resident_need_gib
 from trainer_core.packs.common.snapshot_teacher import SnapshotTeacher
 from trainer_core.packs.qwen3_zimage.template import PAD_ID, tap_for
 
@@ -28,29 +27,14 @@ __all__ = ["Qwen3Teacher", "MockZImageTeacher", "choose_mode", "resident_need_gi
 REPO = "Qwen/Qwen3-4B"
 
 
-def resident_need_gib(root: str | os.PathLike) -> float:
-    """What a resident Qwen3-4B needs on the card (TrainerPack.teacher_need_gib): its weights + 3 GiB."""
-    return text_weights_gib(root) + RESIDENT_HEADROOM_GIB
-
-
-def choose_mode(root: str | os.PathLike, mode: str, device: torch.device, gpu_mem_gib: float) -> str:
-    """The placement Qwen3Teacher takes for the snapshot at `root` (the plan asks the same rule)."""
-    return resolve_mode(mode, device, gpu_mem_gib, text_weights_gib(root))
-
-
 class Qwen3Teacher(SnapshotTeacher):
     """The real teacher from a Qwen3 snapshot folder (see the module docstring)."""
 
     placement = staticmethod(choose_mode)
 
     def _read(self) -> None:
-        from transformers import AutoConfig
-        try:
-            config = AutoConfig.from_pretrained(self.root)
-            self.out_dim, self.n_layers = int(config.hidden_size), int(config.num_hidden_layers)
-        except (OSError, ValueError, AttributeError, TypeError) as e:
-            raise ModelFileError(f"The Qwen3 config in {self.root} cannot be read ({e}); download {REPO} "
-                                 "again.") from None
+        config, self.out_dim, self.n_layers = self._config("Qwen3", REPO, lambda c: (
+            c, int(c.hidden_size), int(c.num_hidden_layers)))
         if getattr(config, "model_type", "") != "qwen3":
             raise ModelFileError(f"{self.root} holds a {getattr(config, 'model_type', '?')} model, not Qwen3; "
                                  f"download {REPO} again.")
