@@ -52,7 +52,7 @@ def test_new_then_run_only_corpus(text_project, run_cli):
 
 def test_full_run_fails_clearly_at_the_first_stage_missing_a_material(text_project, run_cli):
     r = run_cli("run", "--project", str(text_project))
-    assert r.returncode == 1
+    assert r.returncode == 2            # a material the user must provide: bad input, not a failure
     assert "The pig_clip student GGUF is not set" in r.stdout
     s = run_cli("status", "--project", str(text_project), "--json")
     report = json.loads(s.stdout)

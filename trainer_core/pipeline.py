@@ -5,8 +5,8 @@
 It holds the project's run lock for its whole life (inherited from `start`, or taken
 itself), stamps every JSON line a stage prints and appends it to `events.jsonl`, keeps
 `state.json` current, writes human-readable lines to `pipeline.log`, forwards stop
-requests to the running stage, and exits 0 (done or stopped), 1 (failed), 2 (no project
-or bad arguments) or 3 (already running).
+requests to the running stage, and exits 0 (done or stopped), 1 (failed), 2 (no project, bad
+arguments, or a stage refused what the user must fix: a setting, a file) or 3 (already running).
 """
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from trainer_core.project import Project, remember_last_project
 from trainer_core.runner import LOCK_FD_ENV, acquire_run_lock, child_env, read_pid_file, write_pid_file
 from trainer_core.stages import STAGE_NAMES, STAGES, StageSpec, stage_done, stage_wanted
 from trainer_core.contract.dist import launcher_argv
-from trainer_core.stages.base import EXIT_DONE, EXIT_STOPPED, HANDOFF, PARENT_PID_ENV, RUN_ID_ENV, WORK_DONE
+from trainer_core.stages.base import (EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, HANDOFF, PARENT_PID_ENV,
+                                      RUN_ID_ENV, WORK_DONE)
 from trainer_core.term_progress import TerminalBars
 
 __all__ = ["Driver", "run_pipeline", "main", "check_only"]
@@ -61,6 +62,7 @@ class Driver:
         self.state: dict[str, Any] = {}
         self.handled: set[str] = set()      # stages that ran in an earlier stage's process (a chain)
         self._state_written = 0.0
+        self.bad_input = False              # a stage refused a setting or a file (UsageError): exit 2
         self.bars = TerminalBars(sys.stdout) if echo else None     # `gguf-trainer run`: bars on a terminal
 
     # ------------------------------------------------------------ output
@@ -311,6 +313,7 @@ class Driver:
             outcome, error = "stopped", None
         else:
             outcome = "failed"
+            self.bad_input = code == EXIT_BAD_INPUT
             error = last_error or (f"the {spec.name} stage process was killed by signal {-code}"
                                    if code < 0 else f"the {spec.name} stage process exited with code {code}")
             if last_error is None:
@@ -334,7 +337,7 @@ class Driver:
         os.close(self.log_fd)
         if self.bars is not None:
             self.bars.close_all()
-        return 1 if outcome == "failed" else 0
+        return (EXIT_BAD_INPUT if self.bad_input else EXIT_FAILED) if outcome == "failed" else 0
 
 
 def write_in_place(path: Path, state: dict[str, Any]) -> None:
@@ -352,6 +355,7 @@ def run_pipeline(project: Project, only: list[str] | None = None, force: bool = 
                  echo: bool = False, lock: FileLock | None = None) -> int:
     """Run the pipeline in this process (the foreground `gguf-trainer run`, and the driver)."""
     only = check_only(only)
+    project.check_layout()
     lock = lock or acquire_run_lock(project)
     try:
         remember_last_project(project.root)

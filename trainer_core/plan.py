@@ -248,7 +248,9 @@ def hardware() -> dict[str, Any]:
     from trainer_core.base.hardware import gpu_readings
     gpus = [{"index": int(g["index"]), "name": g.get("name"), "memory_bytes": int(float(g["memory.total"]) * 2**20)}
             for g in (gpu_readings() or []) if str(g.get("memory.total", "")).replace(".", "").isdigit()]
-    return {"cpus": os.cpu_count() or 1, "ram_available_bytes": psutil.virtual_memory().available, "gpus": gpus}
+    memory = psutil.virtual_memory()
+    return {"cpus": os.cpu_count() or 1, "ram_available_bytes": memory.available, "ram_total_bytes": memory.total,
+            "gpus": gpus}
 
 
 def _stage(seconds: float | None, disk: float, ram: float | None, vram: float | None, source: str) -> dict[str, Any]:
@@ -345,7 +347,11 @@ def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> lis
     shards = plan["stages"]["precompute_train"]["disk_bytes"] + plan["stages"]["precompute_val"]["disk_bytes"]
     other = plan["total_disk_bytes"] - shards
     n_train, n_val = _samples(project)
-    if free is not None and plan["total_disk_bytes"] > free:
+    if free is not None and other > free:
+        out.append(f"Not enough disk: the checkpoints and the export alone take ~{human(other)} but {human(free)} is "
+                   f"free at {project.root}; train a smaller adapter (train.depth={project.settings.train.depth} and "
+                   f"train.width={project.settings.train.width} set its size) or free space first.")
+    elif free is not None and plan["total_disk_bytes"] > free:
         per = shards / max(n_train + n_val, 1)
         fit = int(max(0, free - other) / per * n_train / max(n_train + n_val, 1)) if per else 0
         key = "corpus.n_image" if project.pack.corpus_kind == "image" else "corpus.n_train"
@@ -367,6 +373,7 @@ def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> lis
         if (not hw["gpus"] or mode == "offload") and weights > ram:
             out.append(f"The teacher does not fit in memory: its weights take ~{human(weights)} and {human(ram)} of "
                        f"RAM is available; use a GPU with precompute.teacher_mode=offload or auto, or free memory.")
+    out += _memory_warnings(project, plan, hw)
     seconds = plan["stages"]["train"]["seconds"]
     if seconds and seconds > LONG_TRAIN_S:
         per = seconds / max(project.settings.train.steps, 1)
@@ -381,6 +388,39 @@ def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> lis
         out.append(f"Precompute takes ~{sum(pre) / 3600:.0f} h for {n_train} train samples; a corpus of about {fit} "
                    f"({key}={fit}) would take a day.")
     return out
+
+
+def _memory_warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> list[str]:
+    """The plan's own peak RAM against this machine's: when a stage would need more than the machine has, say
+    which and the setting value that fits (for the adapter's stages, the deepest train.depth whose adapter the
+    estimate's 1 GiB + 16 bytes a parameter keeps within 90 % of the RAM)."""
+    total = hw.get("ram_total_bytes")
+    peak = plan.get("peak_ram_bytes")
+    if not total or not peak or peak <= total:
+        return []
+    stage = max(plan["stages"], key=lambda name: plan["stages"][name]["peak_ram_bytes"] or 0)
+    head = (f"The {stage} stage would need ~{human(peak)} of RAM (the plan's peak) but this machine has "
+            f"{human(total)}")
+    if stage.startswith("precompute"):
+        return [head + "; set precompute.teacher_mode=offload with a GPU, or lower precompute.teacher_batch."]
+    t = project.settings.train
+    try:
+        dims = project.pack.teacher_dims(project)
+    except TrainerError:
+        dims = dict(project.pack.reference_dims)
+    try:
+        config = project.pack.adapter_config(project, student_width(project), dims)
+    except (KeyError, ValueError, TrainerError):
+        return [head + "; lower train.depth or train.width."]
+    def fits(depth: int) -> bool:
+        return 2**30 + 16 * config.spec.parameter_count(dataclasses.replace(config, depth=depth)) <= 0.9 * total
+    low, high = 0, t.depth              # the parameters grow with the depth: the deepest that fits, by bisection
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    if low:
+        return [head + f"; train.depth={low} fits (train.width={t.width}), or lower train.width."]
+    return [head + "; even train.depth=1 does not fit at this width: lower train.width."]
 
 
 def save_planned(project: Project, plan: dict[str, Any]) -> None:

@@ -119,6 +119,7 @@ def acquire_run_lock(project: Project, patience: float = 5.0) -> FileLock:
 def start_pipeline(project: Project, only: list[str] | None = None, force: bool = False,
                    env_extra: dict[str, str] | None = None) -> int:
     """Launch the pipeline driver detached; the run lock passes to it before we let go."""
+    project.check_layout()
     lock = acquire_run_lock(project)
     try:
         project.stop_file.unlink(missing_ok=True)

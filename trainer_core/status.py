@@ -79,8 +79,11 @@ def status_report(project: Project) -> dict[str, Any]:
     for spec in STAGES:
         entry = state.get("stages", {}).get(spec.name, {})
         done = stage_done(project, spec.name)
+        recorded = entry.get("status", "-")
+        # done once, but what it made is gone or older than its inputs now (a later stage failed, a resume
+        # trained further): "stale", never the green "done" of results that no longer stand
         stages.append({"name": spec.name, "title": spec.title, "done": done,
-                       "status": "done" if done else entry.get("status", "-"),
+                       "status": "done" if done else "stale" if recorded == "done" else recorded,
                        **({} if done else {k: entry[k] for k in STAGE_DETAILS if k in entry})})
     last, best = (checkpoints.read_sidecar(project, which) for which in (checkpoints.LAST, checkpoints.BEST))
     return {"project": str(project.root), "pack": project.pack.id, "name": project.settings.name,

@@ -7,7 +7,7 @@ from typing import Any
 __all__ = ["banner", "fmt_duration", "fmt_size", "fmt_num", "stage_strip_html", "STATUS_COLORS"]
 
 STATUS_COLORS = {"running": "#2563eb", "done": "#16a34a", "failed": "#dc2626", "interrupted": "#d97706",
-                 "stopped": "#6b7280", "idle": "#6b7280", "skipped": "#6b7280", "-": "#9ca3af"}
+                 "stopped": "#6b7280", "idle": "#6b7280", "skipped": "#6b7280", "stale": "#d97706", "-": "#9ca3af"}
 
 
 def banner(message: str | None, kind: str = "error") -> str:

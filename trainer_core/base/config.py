@@ -53,6 +53,9 @@ def _setting(default: Any, parse: Callable[[Any], Any], help: str = "") -> Any:
     return field(default=default, metadata={"parse": parse, "help": help})
 
 
+MAX_BATCH = 65536     # samples a training batch: far past any card's memory, and a typo's 10⁸ is refused at `set`
+
+
 @dataclass(frozen=True)
 class PackSetting:
     """A setting one pack declares (packs/base.TrainerPack.settings): `key` is "section.name"."""
@@ -165,7 +168,7 @@ class TrainSettings(_Section):
     width: int = _setting(1024, _count(64, multiple_of=64), "a multiple of 64 (head_dim is 64)")
     depth: int = _setting(6, _count())
     steps: int = _setting(20000, _count(maximum=10_000_000), "the planned step count, at most 10M; can change any time")
-    batch_size: int = _setting(32, _count())
+    batch_size: int = _setting(32, _count(maximum=MAX_BATCH))
     lr: float = _setting(2e-4, _number(0.0, low_open=True))
     warmup: int = _setting(1000, _count(0))
     weight_decay: float = _setting(0.01, _number(0.0))

@@ -47,17 +47,24 @@ def free_bytes(path: str | os.PathLike) -> int | None:
 
 
 def mount_of(path: str | os.PathLike) -> str:
-    """`<device> (mounted at <dir>)` for the disk that holds `path`."""
-    where = _existing(Path(path))
-    while not os.path.ismount(where) and where != where.parent:
-        where = where.parent
-    device = ""
+    """`<device> (mounted at <dir>)` for the mount that holds `path`: the deepest mount point above it in the
+    mount table (a bind mount of the project's own folder included, which has the same device as its source
+    and so is not found by comparing devices), else the nearest folder `os.path.ismount` finds."""
+    where = Path(os.path.realpath(_existing(Path(path))))
+    device, point = "", None
     try:
         import psutil
-        device = next((p.device for p in psutil.disk_partitions(all=True) if p.mountpoint == str(where)), "")
+        for p in psutil.disk_partitions(all=True):
+            mp = Path(p.mountpoint)
+            if (mp == where or mp in where.parents) and (point is None or len(mp.parts) >= len(point.parts)):
+                device, point = p.device, mp
     except Exception:  # noqa: BLE001 — psutil is optional here
         pass
-    return f"{device} (mounted at {where})" if device else f"the disk mounted at {where}"
+    if point is None:
+        point = where
+        while not os.path.ismount(point) and point != point.parent:
+            point = point.parent
+    return f"{device} (mounted at {point})" if device else f"the disk mounted at {point}"
 
 
 def ensure_space(path: str | os.PathLike, needs: int, what: str = "") -> None:
@@ -82,7 +89,9 @@ def ensure_writable(folder: str | os.PathLike) -> None:
 def _full_sentence(path: Path, needs: int | None, free: int | None, what: str = "") -> str:
     sizes = ", ".join(x for x in (f"needs ~{human(needs)}" if needs else "",
                                   f"free {human(free)}" if free is not None else "") if x)
-    return (f"No space left on {mount_of(path)} while writing {what or path.name} ({path})"
+    path = Path(os.path.abspath(path))
+    what = what or (f"into {path}" if path.is_dir() or not path.name else f"{path.name} ({path})")
+    return (f"No space left on {mount_of(path)} while writing {what}"
             + (f" ({sizes})" if sizes else "")
             + "; free some space there (or point the project's output elsewhere) and start again: "
               "the run continues where it stopped.")

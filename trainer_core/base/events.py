@@ -87,10 +87,21 @@ class EventWriter:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, event: dict[str, Any]) -> None:
+        """Append one line; a write that fails part-way (a full disk) is cut back off, so the file never
+        ends in half a line."""
         data = _encode(event)
-        while data:
-            written = os.write(self._fd, data)
-            data = data[written:]
+        start = os.fstat(self._fd).st_size
+        try:
+            while data:
+                written = os.write(self._fd, data)
+                data = data[written:]
+        except OSError:
+            try:
+                if os.fstat(self._fd).st_size > start:
+                    os.ftruncate(self._fd, start)
+            except OSError:
+                pass
+            raise
 
     def close(self) -> None:
         if self._fd is not None:

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Mapping, Protocol
 from trainer_core.base.atomic import atomic_write_json, read_json
 from trainer_core.base import config, token_store
 from trainer_core.base.config import Settings
-from trainer_core.base.errors import ConfigError, NoProjectError, ProjectExistsError, TrainerError
+from trainer_core.base.errors import ConfigError, FolderError, NoProjectError, ProjectExistsError, TrainerError
 from trainer_core.base.events import EventWriter, make_event
 from trainer_core.base.locks import FileLock
 
@@ -143,6 +143,42 @@ def repair_state(raw: Any) -> tuple[dict[str, Any], list[str]]:
 def adapter_name(folder: str) -> str:
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", folder).strip("._-") or "adapter"
     return name if name.startswith("pig_") else "pig_" + name
+
+
+def _fs_limits(path: Path) -> tuple[int, int]:
+    """(the longest file name, the longest path) the filesystem holding `path` (or its nearest existing
+    folder) allows; 255 and 4096 where it does not say."""
+    probe = path
+    while not os.path.exists(probe) and probe != probe.parent:     # False, not an error, for an over-long name
+        probe = probe.parent
+    try:
+        return os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255, 4096
+
+
+def path_problems(root: Path, settings: Settings) -> list[str]:
+    """One sentence per path setting the filesystem cannot hold (a name or a whole path too long), so `set` and
+    the GUI form refuse it before anything is written."""
+    s = settings
+    named = [("export.output_dir", s.export.output_dir), ("export.copy_to", s.export.copy_to),
+             ("corpus.train_file", s.corpus.train_file), ("corpus.val_file", s.corpus.val_file),
+             *((f"corpus.extra_files[{i}]", f) for i, f in enumerate(s.corpus.extra_files)),
+             *((f"materials.{m}.path", o.path) for m, o in s.materials.items())]
+    problems = []
+    for key, text in named:
+        if not isinstance(text, str) or not text:
+            continue
+        path = Path(os.path.normpath(root / os.path.expanduser(text)))
+        name_max, path_max = _fs_limits(path)
+        longest = max((len(part.encode("utf-8")) for part in path.parts), default=0)
+        if longest > name_max:
+            problems.append(f"{key} has a name of {longest} bytes; this filesystem allows at most {name_max}: "
+                            "choose a shorter name")
+        elif len(str(path).encode("utf-8")) >= path_max:
+            problems.append(f"{key} is a path of {len(str(path).encode('utf-8'))} bytes; this filesystem allows "
+                            f"at most {path_max - 1}: choose a shorter path")
+    return problems
 
 
 class ProjectFolder:
@@ -271,6 +307,9 @@ class ProjectFolder:
         with FileLock(self.root / ".settings.lock"):
             before = self.reload()
             _, after = self.apply_assignments(before.to_dict(), assignments)
+            problems = path_problems(self.root, after)
+            if problems:
+                raise ConfigError(problems)
             self.save_settings(after)
         return before, after
 
@@ -278,6 +317,9 @@ class ProjectFolder:
         """(the settings among `assignments` whose change makes the shards and the checkpoints trained on
         them stale, what of that work exists now); either list may be empty. Validates like update_settings."""
         _, after = self.apply_assignments(self.settings.to_dict(), assignments)
+        problems = path_problems(self.root, after)
+        if problems:
+            raise ConfigError(problems)
         b, a = _flat(self.settings.to_dict()), _flat(after.to_dict())
         changed = [f"{key} ({b.get(key)} → {a.get(key)})" for key in sorted(set(a) | set(b))
                    if (key in INVALIDATING or key in self.pack.invalidating or key.startswith(INVALIDATING_MATERIALS))
@@ -375,6 +417,31 @@ class ProjectFolder:
 
     def shards_dir(self, split: str) -> Path:
         return self.root / "shards" / split
+
+    def check_layout(self) -> None:
+        """Refuse to run on a project whose own files and folders were replaced by the wrong kind of entry
+        (a folder where it keeps a file, a file where it keeps a folder), or whose export would land on one:
+        FolderError naming the path and what to do, before anything is written."""
+        files = {self.events_jsonl: "its event log", self.state_json: "the run's state",
+                 self.pipeline_log: "the pipeline log", self.eval_json: "the evaluation",
+                 self.gguf_path(): "the exported adapter"}
+        folders = {self.data_dir: "the corpus", self.materials_dir: "the materials",
+                   self.checkpoints_dir: "the checkpoints", self.root / "shards": "the precomputed shards",
+                   self.shards_dir("train"): "the train shards", self.shards_dir("val"): "the val shards"}
+        e = self.settings.export
+        for key, text in (("export.output_dir", e.output_dir), ("export.copy_to", e.copy_to)):
+            path = self.resolve_user_path(text) if text else None
+            if path is not None and path.exists() and not path.is_dir():
+                raise FolderError(f"{key} names {path}, which is a file; the export writes into a folder: set "
+                                  f"{key} to a folder (`gguf-trainer set --project {self.root} --set {key}=DIR`).")
+        for path, what in files.items():
+            if path.is_dir():
+                raise FolderError(f"{path} is a folder where gguf-trainer keeps {what}; move it out of the way (or "
+                                  "delete it) and run again.")
+        for path, what in folders.items():
+            if path.exists() and not path.is_dir():
+                raise FolderError(f"{path} is a file where gguf-trainer keeps {what}; move it out of the way (or "
+                                  "delete it), or change the setting, and run again.")
 
     def corpus_files(self) -> tuple[Path, Path]:
         """(train, val) corpus files: the user's own in files mode, else those under data/."""

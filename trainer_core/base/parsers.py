@@ -62,7 +62,8 @@ def count(minimum: int = 1, multiple_of: int = 1, maximum: int | None = None) ->
         if n % multiple_of:
             raise ValueError(f"must be a multiple of {multiple_of}")
         if maximum is not None and n > maximum:
-            raise ValueError(f"must be at most {maximum:,} ({maximum // 1_000_000}M)")
+            raise ValueError(f"must be at most {maximum:,}" + (f" ({maximum // 1_000_000}M)" if maximum >= 1_000_000
+                                                               else ""))
         return n
     return parse
 
@@ -177,8 +178,14 @@ def area_weights(value: Any) -> list[list]:
     return out
 
 
+NAME_MAX = 128     # the export's longest file name (a temp of <name>-step<N>_sigvq-f16.gguf) adds < 60 to it: < 255
+
+
 def name(value: Any) -> str:
     if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+        if len(value) > NAME_MAX:
+            raise ValueError(f"is {len(value)} characters long; the files named after it must fit the 255 bytes a "
+                             f"file name may have, so use at most {NAME_MAX}")
         return value
     raise ValueError('must be a file name made of letters, digits, ".", "_" and "-"')
 

@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # torch stays out of the CLI's and the driver's imports
 
 __all__ = [
     "MOCK_ENV", "mock_enabled", "contract_for", "shard_path", "shard_files", "write_shard", "Shard",
-    "read_contract", "prepare_split", "expected_shards", "valid_shards", "shard_intact",
+    "read_contract", "prepare_split", "expected_shards", "valid_shards", "complete_shards", "shard_intact",
     "load_stats", "split_lines", "target_moments",
 ]
 
@@ -109,6 +109,27 @@ def valid_shards(project: ProjectFolder, split: str) -> list[Path]:
     if read_contract(project, split) != contract_for(project):
         return []
     return [p for p in shard_files(project, split) if shard_intact(p)]
+
+
+def complete_shards(project: ProjectFolder, split: str) -> list[Path]:
+    """Every shard of the split, for a stage that reads them all (train, eval): ModelFileError naming the
+    damaged or missing ones and the command that rebuilds them rather than a run on part of the data."""
+    rebuild = f"`gguf-trainer run --project {project.root} --only precompute_{split}`"
+    files = shard_files(project, split)
+    if not files or read_contract(project, split) != contract_for(project):
+        raise ModelFileError(f"{project.shards_dir(split)} holds no {split} shards under the current contract; "
+                             f"run precompute first ({rebuild}).")
+    damaged = [p for p in files if not shard_intact(p)]
+    if damaged:
+        raise ModelFileError(f"The {split} shard{'s' if len(damaged) > 1 else ''} "
+                             f"{', '.join(str(p) for p in damaged)} {'are' if len(damaged) > 1 else 'is'} damaged "
+                             f"(shorter than its header says, or not a shard); run {rebuild} to compute "
+                             f"{'them' if len(damaged) > 1 else 'it'} again.")
+    want = expected_shards(project, split)
+    if len(files) < want:
+        raise ModelFileError(f"{project.shards_dir(split)} holds {len(files)} of the {want} {split} shards the "
+                             f"corpus needs; run {rebuild} to compute the rest.")
+    return files
 
 
 def shard_intact(path: Path) -> bool:
@@ -238,10 +259,7 @@ def load_stats(project: ProjectFolder, sigma_floor: float, n_taps: int = 0, pref
     (layerwise rows) the floor is relative, per tap (tap_losses.relative_sigma). `prefix` "bstat": the
     bridge's bank moments."""
     from trainer_core.contract.losses import target_stats
-    files = valid_shards(project, "train")
-    if not files:
-        raise ModelFileError(f"{project.shards_dir('train')} holds no shards under the current contract; "
-                             f"run precompute first")
+    files = complete_shards(project, "train")
     s = s2 = None
     n = 0
     for path in files:

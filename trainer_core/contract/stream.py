@@ -120,6 +120,11 @@ class ShardStream:
         """The batch at p; advances p to the next one."""
         file_index = int(self.shard_order(p.epoch)[p.shard_i])
         src = self._rows(file_index)
+        if p.batch_i * self.batch_size >= len(src):     # resumed under a larger batch: this shard is done
+            p.batch_i, p.shard_i = 0, p.shard_i + 1
+            if p.shard_i >= len(self.files):
+                p.shard_i, p.epoch = 0, p.epoch + 1
+            return self._read(p)
         order = self.row_order(p.epoch, file_index, len(src))
         rows = order[p.batch_i * self.batch_size:(p.batch_i + 1) * self.batch_size].tolist()
         batch = src.collate(rows, self.keep_dtype, self.pin)

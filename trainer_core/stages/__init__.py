@@ -58,7 +58,7 @@ def spec_of(name: str) -> StageSpec:
 def _mtime(path: Path) -> float | None:
     try:
         return path.stat().st_mtime
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:           # missing, a file in its path, a name the filesystem cannot hold: not there
         return None
 
 

@@ -38,16 +38,16 @@ from typing import Any, Callable
 from trainer_core.contract.dist import current as current_rank
 from trainer_core.base.allocator import keep_heap_pad
 from trainer_core.base.diskspace import disk_error
-from trainer_core.base.errors import TrainerError
+from trainer_core.base.errors import TrainerError, UsageError
 from trainer_core.base.events import Report, Reporter
 from trainer_core.base.locks import FileLock
 from trainer_core.project import Project
 from trainer_core.base.procs import LOCK_FD_ENV, write_pid_file
 
-__all__ = ["EXIT_DONE", "EXIT_FAILED", "EXIT_STOPPED", "HANDOFF", "WORK_DONE", "StopRequest", "stage_main",
-           "exit_process", "never", "RUN_ID_ENV", "PARENT_PID_ENV"]
+__all__ = ["EXIT_DONE", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_STOPPED", "HANDOFF", "WORK_DONE", "StopRequest",
+           "stage_main", "exit_process", "never", "RUN_ID_ENV", "PARENT_PID_ENV"]
 
-EXIT_DONE, EXIT_FAILED, EXIT_STOPPED = 0, 1, 4
+EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_STOPPED = 0, 1, 2, 4     # bad input: a UsageError
 # a status payload key: "this stage is done, the same process now runs the stage named here"
 HANDOFF = "handoff"
 # a status payload key: "the last stage's work is done, the process is exiting" (its exit code decides)
@@ -214,7 +214,12 @@ def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
         report("error", message=str(e))
         return e.exit_code
     if main:
-        write_pid_file(project.stage_pid, os.getpid())
+        try:
+            write_pid_file(project.stage_pid, os.getpid())
+        except OSError as e:          # a full or read-only disk at the stage's first write: its sentence
+            sentence = disk_error(e, project.stage_pid)
+            report("error", message=str(sentence or f"{project.stage_pid} cannot be written ({e.strerror})"))
+            return EXIT_FAILED
     try:
         # the chain's models stay referenced until the process exits: freeing a loaded student and
         # teacher (1.2 GB at the peer geometry) took 0.07-0.09 s before the work_done stamp
@@ -227,7 +232,7 @@ def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
         return EXIT_STOPPED if outcome == "stopped" else EXIT_DONE
     except TrainerError as e:
         report("error", message=str(e))
-        return EXIT_FAILED
+        return EXIT_BAD_INPUT if isinstance(e, UsageError) else EXIT_FAILED
     except Exception as e:  # a bug: the traceback goes to pipeline.log through stderr
         sentence = disk_error(e) if isinstance(e, OSError) else None     # a full or read-only disk is no bug
         if sentence is not None:

@@ -23,7 +23,7 @@ from trainer_core.contract.adapter_export import checkpoint_model
 from trainer_core.contract.gguf_io import KV_CHECKPOINT, KV_PLANNED_STEPS, KV_TRAINED_STEPS, read_adapter_gguf
 from trainer_core.contract.objective import model_outputs
 from trainer_core.project import Project
-from trainer_core.contract.shards import valid_shards
+from trainer_core.contract.shards import complete_shards
 from trainer_core.contract.stream import val_batches
 from trainer_core.stages.base import exit_process, never, stage_main
 
@@ -49,9 +49,7 @@ def evaluate_gguf(project: Project, gguf: Path, ck: dict[str, Any], device: torc
     config, ck_model = checkpoint_model(ck)
     ck_model.to(device)
     mu, sigma = ck["mu"].float().to(device), ck["sigma"].float().to(device)
-    files = valid_shards(project, "val")
-    if not files:
-        raise TrainerError("The evaluation needs the val shards under the current contract; run precompute first.")
+    files = complete_shards(project, "val")
     kind = config.spec
     bank = ((ck["mu_bank"].float().to(device), ck["sigma_bank"].float().to(device))
             if kind.bank_head(config) is not None else None)

@@ -36,7 +36,7 @@ from trainer_core.base.events import Report
 from trainer_core.contract.objective import ValScore, as_float, batch_loss, model_outputs
 from trainer_core.project import Project, settings_from_dict
 from trainer_core.contract.schedule import load_optimizer, lr_at, make_optimizer
-from trainer_core.contract.shards import Shard, load_stats, valid_shards
+from trainer_core.contract.shards import Shard, complete_shards, load_stats
 from trainer_core.contract.stream import Batch, ShardStream, StreamPosition, val_batches
 from trainer_core.stages.base import exit_process, never, stage_main
 
@@ -57,9 +57,7 @@ class Trainer:
         if self.rank.distributed:
             init_group(self.device)
         self.ckpt = project.checkpoints_dir
-        train_files, self.val_files = valid_shards(project, "train"), valid_shards(project, "val")
-        if not train_files or not self.val_files:
-            raise TrainerError("The train stage needs the precomputed train and val shards; run precompute first.")
+        train_files, self.val_files = complete_shards(project, "train"), complete_shards(project, "val")
         in_dim = int(Shard(train_files[0]).meta["in_dim"])
         self.config: AdapterConfig = self.pack.adapter_config(project, in_dim)
         mu, sigma, floored = load_stats(project, t.sigma_floor, len(self.config.taps))
