@@ -136,7 +136,7 @@ def serve(ctx: Ctx, host: str = "127.0.0.1", port: int = DEFAULT_PORT, share: bo
     app = build_app(ctx)
     app.queue(default_concurrency_limit=4)
     # with a login: only the login page before it, and a back-off after failed ones
-    guard = [Middleware(LoginGuard, throttle=throttle or LoginThrottle())] if credentials else []
+    guard = [Middleware(LoginGuard, throttle=throttle or LoginThrottle(tunnel=share))] if credentials else []
     _, local_url, share_url = app.launch(
         server_name=host, server_port=port, share=share, auth=credentials, ssr_mode=False, run_history=False,
         prevent_thread_lock=True, quiet=True, show_error=True, inbrowser=False,
