@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -18,7 +17,7 @@ from trainer_core.status import shard_disk_estimate
 from ui import materials_panel
 from ui.common import banner, fmt_size
 from ui.context import Ctx
-from ui.paths import PathRefused
+from ui.paths import PathRefused, check_length, check_name, os_error_sentence, shown
 from ui.plan_panel import plan_markdown, plan_summary, run_calibration
 from ui.settings_form import FIELDS, build_fields, form_assignments, form_values, problem_updates, visibility_updates
 
@@ -82,16 +81,18 @@ def start_label(status: str) -> str:
 def browse(ctx: Ctx, folder: str, kind: str) -> tuple[str, Any, str]:
     """(the folder shown, the entries as radio choices, a banner)."""
     try:
-        shown, entries = ctx.paths.browse(folder or str(ctx.projects_root), kind)
+        listed, entries = ctx.paths.browse(folder or str(ctx.projects_root), kind)
     except PathRefused as e:
         return folder, gr.update(choices=[], value=None), banner(str(e))
-    choices = [("📁 .. (up)", str(shown.parent))] if any(shown.parent == r or r in shown.parent.parents
-                                                          for r in ctx.paths.roots) else []
+    except OSError as e:                     # whatever the filesystem says: one sentence, never a traceback
+        return folder, gr.update(choices=[], value=None), banner(os_error_sentence(e, "folder"))
+    choices = [("📁 .. (up)", str(listed.parent))] if any(listed.parent == r or r in listed.parent.parents
+                                                           for r in ctx.paths.roots) else []
     for e in entries:
         label = (("📁 " + e.name + ("  [project]" if e.is_project else "")) if e.is_dir
                  else f"📄 {e.name}  ({fmt_size(e.size)})")
         choices.append((label, e.path))
-    return str(shown), gr.update(choices=choices, value=None), ""
+    return str(listed), gr.update(choices=choices, value=None), ""
 
 
 class ProjectView:
@@ -127,7 +128,7 @@ def current_view(ctx: Ctx, current: str | None, message: str, kind: str = "error
     if current:
         try:
             project = Project.open(ctx.paths.check(current, "project folder"))
-        except (PathRefused, TrainerError):
+        except (PathRefused, TrainerError, OSError):   # gone, unreadable: "No project open"
             project = None
     if project is None:
         return ProjectView.of(ctx, None, message, kind)
@@ -146,6 +147,8 @@ def open_project(ctx: Ctx, path_text: str, current: str | None = None) -> tuple:
         project = Project.open(path)
     except (PathRefused, TrainerError) as e:
         return current_view(ctx, current, str(e))
+    except OSError as e:                     # a loop, a file in the way, no permission: one sentence
+        return current_view(ctx, current, os_error_sentence(e, "project folder"))
     remember_last_project(project.root)
     ctx.supervisor.attach(project.root)
     note = ""
@@ -157,13 +160,17 @@ def open_project(ctx: Ctx, path_text: str, current: str | None = None) -> tuple:
 
 def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str, current: str | None = None) -> tuple:
     """Create a project under `root_text`; refused, the project open now (`current`) stays open."""
+    field = "projects root"                  # what an OSError is about, for its sentence
     try:
         pack = get_pack(pack_id)
         root = ctx.paths.check(root_text or str(ctx.projects_root), "projects root")
         folder = (name or "").strip() or pack.default_folder
         if os.sep in folder or folder in (".", ".."):
-            raise PathRefused(f"The adapter name {folder!r} must be a plain folder name, without slashes.")
+            raise PathRefused(f"The adapter name {shown(folder)!r} must be a plain folder name, without slashes.")
+        check_name(root, folder, "adapter name")       # fits the filesystem: refused before anything is written
+        field = "project folder"
         target = root / folder
+        check_length(target, "project folder")
         if target.is_symlink():              # dangling or not: never create through a link
             raise PathRefused(f"{target} is a link (to {os.readlink(target)}); pick another name, or open the "
                               f"project where the link points if that folder is allowed.")
@@ -171,6 +178,8 @@ def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str, current: s
         project = Project.create(target, pack.id, name=(name or "").strip() or None)
     except (PathRefused, TrainerError) as e:
         return current_view(ctx, current, str(e))
+    except OSError as e:                     # a loop, a file in the way, no permission: one sentence
+        return current_view(ctx, current, os_error_sentence(e, field))
     remember_last_project(project.root)
     ctx.supervisor.attach(project.root)
     return ProjectView.of(ctx, project, f"Created {project.root}.", "ok")
@@ -265,6 +274,9 @@ def change_root(ctx: Ctx, text: str, current: str | None) -> tuple:
         root = change_projects_root(ctx, text)
     except PathRefused as e:
         return (*current_view(ctx, current, str(e)), gr.update(), gr.update(), gr.update())
+    except OSError as e:                     # a name too long, a loop, no permission: one sentence
+        return (*current_view(ctx, current, os_error_sentence(e, "projects root")), gr.update(), gr.update(),
+                gr.update())
     message = f"The projects root is now {root} (remembered for the next start of this app)."
     view = current_view(ctx, current, message, "ok")
     if current and view[0] is None:
@@ -378,9 +390,8 @@ def _pick_entry(ctx: Ctx):
     def pick(path: str | None, kind: str) -> tuple:
         if not path:
             return gr.update(), gr.update(), "", gr.update()
-        p = Path(path)
-        if p.is_dir():
-            shown, choices, message = browse(ctx, path, kind)
-            return shown, choices, message, path
+        if os.path.isdir(path):              # never raises (a name too long, a loop): not a folder then
+            listed, choices, message = browse(ctx, path, kind)
+            return listed, choices, message, path
         return gr.update(), gr.update(), "", path
     return pick
