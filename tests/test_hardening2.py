@@ -265,3 +265,22 @@ def test_the_plan_warns_when_its_peak_ram_exceeds_the_machine_and_names_a_depth_
     project.update_settings([f"train.depth={depth}"])
     assert not [w for w in make_plan(Project.open(trained), hw)["warnings"] if "of RAM" in w]
     assert _adapter_params(Project.open(trained)) == count(dataclasses.replace(config, depth=depth))
+
+
+# ---------------------------------------------------------------- the GUI says the same sentence
+
+def test_the_gui_start_shows_the_layout_sentence_in_its_banner(trained, tmp_path, monkeypatch):
+    from ui.app import make_context
+    from ui import setup_tab
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio-tmp"))
+    ctx = make_context(tmp_path / "projects", demo_root=tmp_path / "demo", tick_s=0.3)
+    try:
+        import shutil
+        shutil.rmtree(trained / "checkpoints")
+        (trained / "checkpoints").write_text("in the way")
+        before = tree(trained)
+        message, _ = setup_tab.start_run(ctx, str(trained), anyway=True)
+        assert f"{trained / 'checkpoints'} is a file where gguf-trainer keeps the checkpoints" in message
+        assert "Pipeline started" not in message and tree(trained) == before
+    finally:
+        ctx.supervisor.close()
