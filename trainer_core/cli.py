@@ -28,9 +28,10 @@ import argparse
 import difflib
 import json
 import sys
-from typing import Any, Callable
+from typing import Callable
 
 from trainer_core import __version__
+from trainer_core.base.config import flat_settings
 from trainer_core.base.errors import TrainerError, UsageError
 from trainer_core.cli_tools import cmd_download, cmd_infer, cmd_inspect, cmd_plan, cmd_snapshot
 from trainer_core.contract import checkpoints
@@ -307,18 +308,22 @@ def _set_gpus(project: Project, gpus: int | None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from trainer_core.readiness import refuse_unready
     project = Project.open(args.project)
     only = check_only(args.only)
     _set_steps(project, args.steps)
     _set_gpus(project, args.gpus)
+    refuse_unready(project, only)
     return run_pipeline(project, only, args.force, echo=True)
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    from trainer_core.readiness import refuse_unready
     project = Project.open(args.project)
     only = check_only(args.only)
     _set_steps(project, args.steps)
     _set_gpus(project, args.gpus)
+    refuse_unready(project, only)
     pid = start_pipeline(project, only, args.force)
     print(f"pipeline launched (pid {pid}), logging to {project.pipeline_log}")
     return 0
@@ -371,15 +376,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         sidecar = report["checkpoints"][which]
         if isinstance(sidecar, dict):
             print(f"  checkpoint {which}: step {sidecar.get('step')} (val cos {sidecar.get('val_cos')})")
-    ev = report["eval"] or {}
-    shown = [f"{k} {ev[k]:.5f}" for k in report["metric_names"] if isinstance(ev.get(k), float)]
-    if shown:
-        print(f"  eval: {', '.join(shown)}")
+    from trainer_core.packs.eval_guide import eval_lines      # the judged metric and its figure first
+    ev, guide = report["eval"] or {}, project.pack.judge
+    for line in eval_lines(guide, ev, report["metric_names"], report["eval_mock"], report["eval_demo"]) if ev else []:
+        print(f"  eval: {line}")
     for entry in report["outputs"]:
         print(f"  output {entry['name']}  {entry['size']:,} bytes")
     for entry in report["snapshots"]:
         ev = entry.get("eval") or {}
-        key = next((k for k in ("cos_centered", "cos_slice", "cos") if k in ev), None)
+        key = next((k for k in (guide.headline if guide else "", "cos_centered", "cos_slice", "cos") if k in ev), None)
         shown = f"  eval {key} {ev[key]:.5f}" if key else ""
         print(f"  snapshot step {entry['step']}/{entry['planned_steps']}  {entry['checkpoint']}  "
               f"val cos {entry['val_cos']}{shown}  {entry['path']}")
@@ -418,7 +423,7 @@ def cmd_set(args: argparse.Namespace) -> int:
         for moved in project.archive_work():
             print(f"moved {moved.name.split('.stale-')[0]}/ to {moved}")
     before, after = project.update_settings(assignments)
-    b, a = _flatten(before.to_dict()), _flatten(after.to_dict())
+    b, a = flat_settings(before.to_dict()), flat_settings(after.to_dict())
     changed = [key for key in a if a[key] != b.get(key)]
     for key in changed:
         if key == "hf_token":          # a secret: never echoed to a terminal or a log
@@ -430,16 +435,6 @@ def cmd_set(args: argparse.Namespace) -> int:
     if "train.steps" in changed:
         _steps_hint(project, after.train.steps)
     return 0
-
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
 
 
 def _steps_hint(project: Project, steps: int) -> None:

@@ -35,6 +35,12 @@ def describe_gguf(path: str | os.PathLike) -> dict[str, Any]:
     if STUDENT_MARKER in tensors:
         info.update(kind="student", **_describe_student(tensors))
         return info
+    from trainer_core.packs import PACKS
+    for pack in PACKS.values():              # a file a pack's export writes beside the adapter
+        described = pack.describe_output(path, info["kvs"])
+        if described is not None:
+            info.update(pack=pack.id, **described)
+            return info
     info.update(kind="unknown", problems=[{
         "message": "neither adapter.* tensors nor a Qwen3 student (model.layers.0.self_attn.q_proj.weight)",
         "fatal": True}])

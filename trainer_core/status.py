@@ -9,9 +9,9 @@ from trainer_core.base import token_store
 from trainer_core.base.atomic import read_json
 from trainer_core.base.errors import TrainerError
 from trainer_core.contract import checkpoints
-from trainer_core.contract.shards import shard_files, shard_intact
+from trainer_core.contract.shards import mock_enabled, read_contract, shard_files, shard_intact
 from trainer_core.packs.base import PIG_CLIP_WIDTH
-from trainer_core.materials import all_statuses
+from trainer_core.materials import all_statuses, is_demo
 from trainer_core.project import Project
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import job_status, read_manifest
@@ -98,6 +98,11 @@ def status_report(project: Project) -> dict[str, Any]:
             "snapshots": read_manifest(project), "snapshot_job": job_status(project),
             "outputs": output_files(project), "kept_steps": checkpoints.kept_steps(project),
             "eval": read_json(project.eval_json, None), "metric_names": list(project.pack.metric_names),
+            # how to read it (the pack's judge); whether its targets were the mock teacher's (the val shards it scored
+            # were written under a " mock-teacher" contract, or the project runs the mock now) or a demo's stand-ins
+            "eval_guide": project.pack.judge.to_dict() if project.pack.judge else None,
+            "eval_mock": mock_enabled(project) or (read_contract(project, "val") or "").endswith(" mock-teacher"),
+            "eval_demo": is_demo(project),
             "plan": planned_vs_actual(project),
             "materials": [m.to_dict() for m in all_statuses(project, online=False)]}
 

@@ -17,7 +17,7 @@ def banner(message: str | None, kind: str = "error") -> str:
     color = {"error": "#b91c1c", "notice": "#92400e", "ok": "#166534"}[kind]
     back = {"error": "#fee2e2", "notice": "#fef3c7", "ok": "#dcfce7"}[kind]
     return (f'<div class="gt-banner gt-{kind}" style="padding:8px 12px;border-radius:6px;'
-            f'background:{back};color:{color}">{html.escape(message)}</div>')
+            f'background:{back};color:{color};white-space:pre-line">{html.escape(message)}</div>')
 
 
 def fmt_duration(seconds: float | None) -> str:

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from trainer_core import cli
+from trainer_core.base.errors import UsageError
 
 __all__ = ["main", "serve_options"]
 
@@ -18,11 +19,36 @@ def serve_options(args: argparse.Namespace):
                         demo_pack=args.demo_pack if args.demo else None)
 
 
+def _port_free(host: str, port: int) -> bool:
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.bind((host, port))
+        return True
+    except OSError:
+        return False
+
+
+def _port_taken(host: str, port: int) -> UsageError:
+    """One sentence naming --port and a port that is free now."""
+    free = next((p for p in range(port + 1, port + 50) if _port_free(host, p)), None)
+    hint = f" (--port {free} is free now)" if free else ""
+    return UsageError(f"Port {port} on {host} is already in use (another gguf-trainer, or another program); start "
+                      f"the app with --port N{hint}, or stop what holds it.")
+
+
 def _serve(args: argparse.Namespace) -> int:
+    if not _port_free(args.host, args.port):        # before the auto-resume, the login setup and gradio's import
+        raise _port_taken(args.host, args.port)
     if args.auto_resume:
         cli.auto_resume()
     from ui.app import main as serve_main      # gradio loads only when the GUI starts
-    return serve_main(serve_options(args))
+    try:
+        return serve_main(serve_options(args))
+    except OSError as e:
+        if "Cannot find empty port" in str(e):  # taken between the check and gradio's bind
+            raise _port_taken(args.host, args.port) from None
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from trainer_core.base.errors import TrainerError
 from trainer_core.contract import checkpoints
+from trainer_core.packs.eval_guide import DEMO_NOTE, MOCK_NOTE, NO_FIGURE, EvalGuide
 from trainer_core.project import Project
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import job_status
@@ -28,7 +29,7 @@ from ui.context import Ctx
 from ui.train_tab import SNAPSHOT_EVAL_DEFAULT, request_snapshot
 
 __all__ = ["build", "output_tick", "export_again", "delete_kept_step", "quality_frame", "quality_figure",
-           "model_files", "ggk_command_text", "model_file_defaults"]
+           "model_files", "ggk_command_text", "model_file_defaults", "eval_markdown"]
 
 FILE_COLUMNS = ["file", "size", "modified"]
 SNAP_COLUMNS = ["step", "of planned", "checkpoint", "val cos", "eval", "file"]
@@ -36,6 +37,12 @@ KEPT_COLUMNS = ["step", "% of planned", "val cos", "size", "kept"]
 # the quality plot's data, typed even when empty
 EMPTY_QUALITY = pd.DataFrame({"step": pd.Series([], dtype="int64"), "value": pd.Series([], dtype="float64"),
                        "series": pd.Series([], dtype="str")})
+
+
+def _judged_names(report: dict[str, Any]) -> list[str]:
+    """The pack's metric names, the one its guide judges by first."""
+    headline = (report.get("eval_guide") or {}).get("headline")
+    return [*([headline] if headline else []), *(report.get("metric_names") or [])]
 
 
 def _eval_key(entry: dict[str, Any], names: list[str]) -> tuple[str, float] | None:
@@ -46,13 +53,43 @@ def _eval_key(entry: dict[str, Any], names: list[str]) -> tuple[str, float] | No
     return None
 
 
+def eval_markdown(report: dict[str, Any], guide: EvalGuide | None) -> str:
+    """The evaluation panel: a mock-teacher or demo run marked as a machinery check, then the metric to judge
+    by with the published figure beside the run's value, the other metrics the pack's guide names
+    (packs/eval_guide.py), what good looks like and where the figures come from, then the rest of the metrics."""
+    ev = report.get("eval") or None
+    if not ev:
+        return "no evaluation yet"
+    names = [k for k in report.get("metric_names") or [] if k in ev] or \
+        [k for k, v in ev.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    parts = []
+    if report.get("eval_mock"):
+        parts.append(f"**⚠ {MOCK_NOTE[0].upper()}{MOCK_NOTE[1:]}.** Its targets are synthetic, so these numbers "
+                     f"say nothing about the adapter's quality.")
+    elif report.get("eval_demo"):
+        parts.append(f"**⚠ {DEMO_NOTE[0].upper()}{DEMO_NOTE[1:]}.** Tiny random models stand in for the teacher and "
+                     f"the student, so these numbers say nothing about quality; the figures are a real run's.")
+    if guide:
+        (key, value, figure), *others = guide.rows(ev)
+        beside = f"reference **{figure}**" if figure else "no figure published for it" if guide.references else \
+            NO_FIGURE
+        parts += [f"**Judge by `{key}`: {fmt_num(value)}** · {beside}",
+                  "\n".join(f"- `{k}`: {fmt_num(v)}" + (f" · reference {f}" if f else "") for k, v, f in others),
+                  f"What good looks like: {guide.good}.  \n*Reference figures: {guide.source}.*"]
+    rest = [k for k in names if not guide or k not in guide.keys()]
+    if rest:
+        listed = "\n".join(f"- **{k}**: {fmt_num(ev[k])}" for k in rest)
+        parts.append(f"**Other metrics**\n\n{listed}" if guide else listed)
+    return "\n\n".join(p for p in parts if p)
+
+
 def quality_frame(report: dict[str, Any]) -> pd.DataFrame:
     """Snapshots' val cos (and their first eval metric) against their step."""
     rows = []
     for e in report.get("snapshots") or []:
         if isinstance(e.get("val_cos"), (int, float)):
             rows.append({"step": e["step"], "value": e["val_cos"], "series": "val cos"})
-        picked = _eval_key(e, report.get("metric_names") or [])
+        picked = _eval_key(e, _judged_names(report))
         if picked:
             rows.append({"step": e["step"], "value": picked[1], "series": f"eval {picked[0]}"})
     return pd.DataFrame(rows) if rows else EMPTY_QUALITY
@@ -128,15 +165,9 @@ def output_tick(ctx: Ctx, project_path: str | None, seen_quality: str | None = N
     files = [[f["name"], fmt_size(f["size"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(f["mtime"]))]
              for f in report.get("outputs") or []]
     out_note = f"Output folder: `{Path(report.get('export', '')).parent}`" if report.get("export") else ""
-    ev = report.get("eval") or None
-    if ev:
-        names = [k for k in report.get("metric_names") or [] if k in ev] or \
-            [k for k, v in ev.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        eval_md = "\n".join(f"- **{k}**: {fmt_num(ev[k])}" for k in names)
-    else:
-        eval_md = "no evaluation yet"
+    eval_md = eval_markdown(report, view.project.pack.judge)
     snaps = [[e["step"], e.get("planned_steps"), e.get("checkpoint"), fmt_num(e.get("val_cos")),
-              (lambda k: f"{k[0]} {fmt_num(k[1])}" if k else "–")(_eval_key(e, report.get("metric_names") or [])),
+              (lambda k: f"{k[0]} {fmt_num(k[1])}" if k else "–")(_eval_key(e, _judged_names(report))),
               Path(e.get("path", "")).name] for e in report.get("snapshots") or []]
     planned = report.get("planned_steps") or 0
     kept = report.get("kept_steps") or []

@@ -260,6 +260,7 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     status = gr.Markdown("No project open", elem_id="train-status")
     with gr.Row():
         start_btn = gr.Button("Start / Resume", variant="primary", elem_id="train-start")
+        anyway_btn = gr.Button("Start anyway", variant="secondary", visible=False, elem_id="train-start-anyway")
         stop_btn = gr.Button("Stop", variant="stop", visible=False, elem_id="train-stop")
         snap_ck = gr.Dropdown([("latest step", "last"), ("best validation", "best")], value="last",
                               label="Snapshot of", scale=1)
@@ -287,7 +288,8 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     timer.tick(lambda p, s: train_tick(ctx, p, s), [project_state, seen_chart],
                [status, strip, chart, metrics, hardware, steps_note, steps_box, seen_chart, start_btn, stop_btn],
                queue=False, show_progress="hidden", api_name="train_tick")
-    start_btn.click(_start(ctx), [project_state], [top_banner], api_name="start_resume")
+    start_btn.click(_start(ctx), [project_state], [top_banner, anyway_btn], api_name="start_resume")
+    anyway_btn.click(_start(ctx, anyway=True), [project_state], [top_banner, anyway_btn], api_name="start_anyway")
     stop_btn.click(lambda p: stop_run(ctx, p), [project_state], [top_banner], api_name="stop")
     apply_btn.click(lambda p, v: apply_steps(ctx, p, v), [project_state, steps_box], [top_banner, steps_box],
                     api_name="apply_steps")
@@ -302,11 +304,12 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     return {"steps_box": steps_box, "timer": timer}
 
 
-def _start(ctx: Ctx):
-    def start(project_path: str | None) -> str:
+def _start(ctx: Ctx, anyway: bool = False):
+    """The Setup tab's Start, with its checks: missing materials and plan warnings are listed first and
+    nothing launches until "Start anyway"."""
+    def start(project_path: str | None) -> tuple[str, Any]:
         from ui.setup_tab import start_run
-        message, _ = start_run(ctx, project_path, anyway=True)
-        return message
+        return start_run(ctx, project_path, anyway=anyway)
     return start
 
 

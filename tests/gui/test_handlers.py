@@ -87,7 +87,8 @@ def test_materials_and_disk_estimate(ctx):
     assert [r[2] for r in rows] == ["missing"] * len(project.pack.materials)
     assert set(setup_tab.missing_required(project)) == {m.title for m in project.pack.materials if m.required}
     message, anyway = setup_tab.start_run(ctx, out[0])
-    assert "Required materials are not ready" in message and anyway["visible"] is True
+    assert "Not started: this run needs" in message and "gguf-trainer download" in message
+    assert anyway["visible"] is True
     assert "Shards on disk" in setup_tab.disk_estimate(project)
 
 

@@ -21,10 +21,11 @@ def test_the_plan_panel_shows_every_stage_and_asks_for_a_calibration(ctx):
 def test_a_plan_warning_holds_the_start_until_start_anyway(ctx, monkeypatch):
     out = setup_tab.create_project(ctx, "mine", "t5xxl_pixart", str(ctx.projects_root))
     project = Project.open(out[0])
-    project.update_settings(["precompute.mock_teacher=true"])          # materials are then not required
+    project.update_settings(["precompute.mock_teacher=true"])
+    monkeypatch.setattr(setup_tab, "launch_problems", lambda project: [])   # the materials are there: the plan speaks
     monkeypatch.setattr(plan_mod, "free_bytes", lambda path: 1 << 20)
     message, anyway = setup_tab.start_run(ctx, out[0])
-    assert "The plan warns: Not enough disk" in message and "Start anyway" in message
+    assert "The plan warns:" in message and "• Not enough disk" in message and "Start anyway" in message
     assert anyway["visible"] is True
     assert "Not enough disk" in plan_panel.plan_markdown(project)
 

@@ -35,7 +35,7 @@ from trainer_core.base.parsers import text as _text
 from trainer_core.base.parsers import text_list as _text_list
 
 __all__ = [
-    "PackSetting", "pack_setting", "pack_settings_of", "own_fields",
+    "PackSetting", "pack_setting", "pack_settings_of", "own_fields", "flat_settings",
     "CorpusSettings", "PrecomputeSettings", "TrainSettings", "ExportSettings",
     "MaterialOverride", "Settings", "PROMPT_PRESETS", "IMAGE_PRESETS", "SECTIONS",
     "parse_count", "default_settings_dict", "settings_from_dict", "deep_merge",
@@ -430,3 +430,14 @@ def apply_assignments(raw: dict, assignments: list[str], packs: Mapping[str, Pac
     if problems:
         raise ConfigError(problems)
     return out, settings
+
+
+def flat_settings(d: dict, prefix: str = "") -> dict[str, Any]:
+    """{"train.steps": 20000, …}: a settings dict by dotted key (an empty section kept as its own value)."""
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, dict) and value:
+            out.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out

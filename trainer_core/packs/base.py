@@ -1,7 +1,7 @@
 """The pack interface: what a trainer pack declares and the hooks the stages call.
 
 A pack is declarative data (identity, adapter kind, corpus kind, materials, defaults,
-templates, export KVs, metric names, the ggk command line) plus a few hooks:
+templates, export KVs, metric names and how to judge them, the ggk command line) plus a few hooks:
 
     student_chunks(text)                   the engine's chunks of a prompt, each tokenized on its own
     teacher_dims(project)                  dimensions read from the teacher's config
@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 from trainer_core.base.config import PackSetting
 from trainer_core.base.errors import StageNotAvailableError, UsageError
 from trainer_core.contract.prompt_attention import parse_prompt_attention, plain_text
+from trainer_core.packs.eval_guide import EvalGuide
 
 if TYPE_CHECKING:  # the stages import torch; the registry stays light
     from trainer_core.contract.kinds import AdapterConfig
@@ -171,6 +172,8 @@ class TrainerPack:
     invalidating: tuple[str, ...] = ()     # settings of this pack whose change makes the shards stale
     order: int = 100                       # where the GUI lists it (ascending; then by id)
     demo_order: int = 0                    # where it is among the demos (ascending); 0 = it has no demo
+    judge: EvalGuide | None = None         # how to read its eval.json: the metric to judge by, the published
+                                           # figures and their source (packs/eval_guide.py)
 
     def __post_init__(self) -> None:
         from trainer_core.contract.kinds import kind_names
@@ -179,6 +182,9 @@ class TrainerPack:
                              f"are {', '.join(kind_names())}")
         if self.corpus_kind not in CORPUS_KINDS:
             raise ValueError(f"pack {self.id}: unknown corpus kind {self.corpus_kind!r}")
+        unknown = [k for k in (self.judge.keys() if self.judge else ()) if k not in self.metric_names]
+        if unknown:
+            raise ValueError(f"pack {self.id}: its judge names {unknown}, which are not among its metric_names")
 
     @property
     def extra_settings(self) -> tuple[str, ...]:
@@ -308,6 +314,12 @@ class TrainerPack:
 
     def export_extras(self, project: "ProjectFolder", report: Any) -> None:
         """Files the export stage writes beside the adapter; none by default."""
+
+    def describe_output(self, path: Path, kvs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """`gguf-trainer inspect` of a GGUF this pack's export writes beside the adapter: {"kind", "variant",
+        "config", "problems" ([{"message", "fatal"}])} when the file at `path` (its KVs `kvs`) is one of them,
+        else None; none by default."""
+        return None
 
     def extra_outputs(self, project: "ProjectFolder") -> list[Path]:
         """The files export_extras wrote that exist now (the Output tab lists them)."""

@@ -23,7 +23,8 @@ from trainer_core.contract.adapter_export import checkpoint_model
 from trainer_core.contract.gguf_io import KV_CHECKPOINT, KV_PLANNED_STEPS, KV_TRAINED_STEPS, read_adapter_gguf
 from trainer_core.contract.objective import model_outputs
 from trainer_core.project import Project
-from trainer_core.contract.shards import complete_shards
+from trainer_core.contract.shards import complete_shards, mock_enabled
+from trainer_core.packs.eval_guide import MOCK_NOTE
 from trainer_core.contract.stream import val_batches
 from trainer_core.stages.base import exit_process, never, stage_main
 
@@ -95,7 +96,9 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     shown = ", ".join(f"{k} {m[k]:.5f}" for k in project.pack.metric_names if isinstance(m.get(k), float))
     report("metric", **{k: v for k, v in m.items() if isinstance(v, (int, float))})
     report("artifact", path=str(project.eval_json), kind="eval")
-    report("log", level="info", message=f"evaluation of {gguf.name}: {shown}")
+    guide, mock = project.pack.judge, mock_enabled(project)        # the judged metric and its figure lead
+    judged = guide.summary(m, mock) if guide else MOCK_NOTE if mock else ""
+    report("log", level="info", message=f"evaluation of {gguf.name}: {judged + '; all: ' if judged else ''}{shown}")
     if m.get("roundtrip_cos", 1.0) < 0.999:
         report("log", level="warning", message=f"roundtrip_cos {m['roundtrip_cos']:.5f} < 0.999: the GGUF does not "
                                                f"reproduce its checkpoint")

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 from trainer_core.contract.prompt_attention import parse_prompt_attention
 from trainer_core.packs.llada_image.template import (EMPTY, MAX_LEN_TEACHER, NUM_QUERIES, OUT_DIM, PREFIX, SUFFIX,
                                                      TEMPLATE)
+from trainer_core.packs.eval_guide import EvalGuide
 
 TEACHER = Material(
     "teacher", "LLaDA-Image-Turbo text encoder, QueryFormer, text_projection, tokenizer (teacher)",
@@ -124,6 +125,19 @@ class LLaDAPack(TrainerPack):
             report("log", level="info", message="SigVQ not exported: the optional sigvq material is not on disk "
                                                 "(download it to get the editing encoder)")
 
+    def describe_output(self, path: Path, kvs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """<name>_sigvq-f16.gguf: the SigVQ image tokenizer the engine's --llm_vision loads (the snapshot's
+        tensors as they are, f16)."""
+        if kvs.get("general.architecture") != "sigvq":
+            return None
+        from trainer_core.contract.gguf_io import read_gguf_tensors
+        names = set(read_gguf_tensors(path))
+        missing = [n for n in ("patch_embed.proj.weight", "quantizer.codebook") if n not in names]
+        return {"kind": "vision", "variant": "LLaDA-Image SigVQ image tokenizer (for --llm_vision)",
+                "config": {"tensors": len(names)},
+                "problems": [{"message": f"it lacks {', '.join(missing)}; export it again from the snapshot",
+                              "fatal": True}] if missing else []}
+
     def extra_outputs(self, project: "ProjectFolder") -> list[Path]:
         from trainer_core.packs.llada_image.export import sigvq_path
         path = sigvq_path(project)
@@ -165,6 +179,15 @@ PACK = LLaDAPack(
     materials=STUDENT_MATERIALS + (TEACHER, SIGVQ),
     metric_names=("cos_centered", "cos_rms", "worst_row_cos_rms", "rel_mse", "cos_raw", "roundtrip_cos",
                   "trained_steps", "val_batches"),
+    judge=EvalGuide(
+        headline="cos_centered", also=("rel_mse",),
+        good="the reference run reached 0.965 / 0.0024; below ~0.9 widen (1536) or deepen the adapter; never judge "
+             "by cos_raw, ~0.99 even for a zero prediction",
+        references=(("cos_centered", "0.965"), ("rel_mse", "0.0024")),
+        source="product brief (gguf-trainer-brief.txt): val centred cosine / rel_mse of the reference RTX 5090 run, "
+               "20k steps (~55 min); training-val figures whose centred cosine is on standardized rows, while "
+               "eval.json's cos_centered only subtracts the mean: close kin, not the same number "
+               "(engine-contract.md §1, §5.8)"),
     teacher_control="placement",
     reference_dims={"out_dim": OUT_DIM, "num_queries": NUM_QUERIES},
     ggk_model_args="--diffusion-model LLaDA-image-turbo-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",

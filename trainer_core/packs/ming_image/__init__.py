@@ -22,6 +22,7 @@ from trainer_core.base.parsers import boolean, choice, count
 from trainer_core.packs.common.slot_settings import SLOT_SETTINGS
 from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material, read_config_json
 from trainer_core.packs.common.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
+from trainer_core.packs.eval_guide import EvalGuide
 
 if TYPE_CHECKING:
     from trainer_core.contract.kinds import AdapterConfig
@@ -224,6 +225,22 @@ class MingPack(VisionPack):
         else:
             report("artifact", path=str(done.path), kind="vision_gguf", size=done.bytes)
 
+    def describe_output(self, path: Path, kvs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """pig_ming_vision-*.gguf: the input-image encoder for --llm_vision, with what ggk reads from it."""
+        from trainer_core.packs.ming_image.export import KV_QUANT, KV_SOURCE, check_vision_gguf
+        if KV_SOURCE not in kvs:
+            return None
+        try:
+            c = check_vision_gguf(path)
+        except ModelFileError as e:
+            return {"kind": "vision", "variant": "Ming-Image input-image encoder", "config": {},
+                    "problems": [{"message": str(e), "fatal": True}]}
+        return {"kind": "vision", "variant": "Ming-Image input-image encoder (Qwen2.5-VL tower + linear_proj, "
+                                            "for --llm_vision)",
+                "config": {"layers": c.layers, "hidden": c.hidden, "out_hidden": c.out_hidden, "vis_dim": c.vis_dim,
+                           "patch_size": c.patch_size, "quant": kvs.get(KV_QUANT), "source": kvs[KV_SOURCE]},
+                "problems": []}
+
     def extra_outputs(self, project: "ProjectFolder") -> list[Path]:
         path = self.vision_path(project)
         return [path] if path.is_file() else []
@@ -311,6 +328,11 @@ PACK = MingPack(
     metric_names=("cos_centered", "cos_centered_cap", "cos_centered_dir", "cos_rms", "cos_rms_cap", "cos_rms_dir",
                   "cos_raw_cap", "cos_raw_dir", "rel_mse", "rel_mse_cap", "rel_mse_dir", "roundtrip_cos",
                   "worst_row_cos_rms", "val_batches", "val_samples"),
+    judge=EvalGuide(
+        headline="cos_centered", also=("cos_centered_cap", "cos_centered_dir", "rel_mse"),
+        good="cos_centered is the mean of the caption bank's (cos_centered_cap) and the direct slots' "
+             "(cos_centered_dir) centred cosines; compare runs by it and by rel_mse",
+        source="none: \"No reference run exists\" (packs-contract-more.md D.1 §9)"),
     ggk_model_args="--diffusion-model ming-image-0.1-design-nvfp4.gguf --vae pig_ming_image_vae_bf16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --steps 12 --diffusion-fa --offload-to-cpu",
     ggk_edit_args="",             # ggk_command already names the edit and layers lines

@@ -24,6 +24,7 @@ from trainer_core.base.parsers import boolean, count
 from trainer_core.packs.common.slot_settings import SLOT_SETTINGS
 from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material
 from trainer_core.packs.common.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
+from trainer_core.packs.eval_guide import EvalGuide
 
 if TYPE_CHECKING:
     from trainer_core.contract.kinds import AdapterConfig
@@ -283,6 +284,11 @@ PACK = BridgePack(
     metric_names=("cos_centered_moss", "cos_centered_klein", "cos_rms_moss", "cos_rms_klein", "cos_raw_moss",
                   "cos_raw_klein", "cos_centered", "cos_rms", "rel_mse", "worst_row_cos_rms", "roundtrip_cos",
                   "val_batches", "klein_batches", "val_samples"),
+    judge=EvalGuide(
+        headline="cos_centered_moss", also=("cos_centered_klein", "rel_mse"),
+        good="judge the MOSS slots by cos_centered_moss and the FLUX.3 Klein bank by cos_centered_klein",
+        source="none: packs-contract-more.md D.2 §9 gives only a failure signature (a caption-target run's centred "
+               "bank cos 0.59, but 0.47 against other samples' targets: the bank ignored the prompt)"),
     ggk_model_args="--diffusion-model moss-image-sft-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
     ggk_args=("--llm {student} --llm-adapter {gguf} --llm_vision mmproj-qwen3.5-9b-f16.gguf --ref-image sheep.png "
               "--sampling-method euler --diffusion-fa"),

@@ -17,6 +17,7 @@ from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material, Traine
 from trainer_core.packs.qwen3vl_flux3 import Flux3Pack
 from trainer_core.packs.qwen3_zimage.template import (N_LAYERS, PREFIX, PREFIX_IDS, SUFFIX, SUFFIX_IDS, TAP,
                                                       fit_template, tap_for)
+from trainer_core.packs.eval_guide import EvalGuide
 
 if TYPE_CHECKING:
     from trainer_core.contract.kinds import AdapterConfig
@@ -155,6 +156,11 @@ PACK = ZImagePack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos", "cos_slice", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos", "trained_steps",
                   "val_samples"),
+    judge=EvalGuide(
+        headline="cos_slice", also=("rel_mse",),
+        good="the DiT reads every template row, which cos_slice averages per sample; the tap is pre-norm (a few "
+             "huge dimensions run plain cosine high), so compare runs by rel_mse as well",
+        source="none: engine-adapter-families.md §1.1 names no reference run"),
     ggk_model_args="--diffusion-model z-image-turbo-nvfp4.gguf --vae ae.safetensors",
     ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 8",
     reference_dims={"out_dim": OUT_DIM, "n_layers": N_LAYERS},

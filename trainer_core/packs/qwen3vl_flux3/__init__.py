@@ -21,6 +21,7 @@ from trainer_core.packs.common.qwen3vl.vision_pack import qwen3vl_teacher
 from trainer_core.packs.qwen3vl_flux3.template import (PAD_ID, PAD_MULTIPLE, PAD_POSITION, PREFIX, PREFIX_IDS, SUFFIX,
                                                        SUFFIX_IDS, TAPS, check_templates, fit_template, padded_batch,
                                                        padded_length, taps_for)
+from trainer_core.packs.eval_guide import EvalGuide
 
 if TYPE_CHECKING:
     from trainer_core.contract.kinds import AdapterConfig
@@ -207,6 +208,12 @@ PACK = Flux3Pack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos", "cos_tokens", "cos_pads", "cos_dit", "cos_centered", "cos_raw", "cos_full", "rel_mse",
                   "worst_sample_cos", "roundtrip_cos", "trained_steps", "val_samples"),
+    judge=EvalGuide(
+        headline="cos", also=("cos_tokens", "cos_pads", "rel_mse"),
+        good="cos is the per-tap standardized cosine training reports as val cos; cos_tokens and cos_pads split "
+             "the real rows from the pad rows",
+        source="none for FLUX.3 Klein: the peer's hint quotes another model's run (Krea 2's 12-tap trainer6 run, "
+               "val cos 0.948) and says to expect ~0.9 (packs-contract-more.md D.3 §8)"),
     ggk_model_args="--diffusion-model flux3-image-klein-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 4 --sampling-method euler --diffusion-fa",
     reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},

@@ -26,6 +26,7 @@ from trainer_core.packs.qwen3vl_flux3 import Flux3Pack
 from trainer_core.packs.qwen3vl_flux3.template import padded_batch
 from trainer_core.packs.qwen3vl_krea2.template import (IRIS_CAPTION_CAP, MAX_ROWS, SUFFIX, SUFFIX_IDS, SYSTEM_ROWS,
                                                        T2I_PREFIX, TAPS, fit_caption, taps_for, template_chunks)
+from trainer_core.packs.eval_guide import EvalGuide
 
 if TYPE_CHECKING:
     from trainer_core.contract.kinds import AdapterConfig
@@ -174,6 +175,14 @@ PACK = Krea2Pack(
     materials=FLUX3.materials,
     metric_names=("cos", "cos_centered", "cos_raw", "cos_full", "rel_mse", "worst_sample_cos", "roundtrip_cos",
                   "trained_steps", "val_samples"),
+    judge=EvalGuide(
+        headline="cos", also=("rel_mse",),
+        good="cos is the per-tap standardized cosine training reports as val cos; the trainer6 12-tap run reached "
+             "0.948",
+        references=(("cos", "0.948"),),
+        source="the engine's notes: \"the krea2 12-tap trainer6 run reached val cos 0.948\" "
+               "(engine-adapter-families.md §1.2, quoting packs-contract-more.md D.3 §8); a training-val cosine, "
+               "what eval.json's cos measures"),
     ggk_model_args="--diffusion-model krea2-turbo-nvfp4.gguf --vae krea2-vae-f16.gguf",
     ggk_args=FLUX3.ggk_args,
     reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},

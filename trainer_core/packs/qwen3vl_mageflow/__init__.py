@@ -8,6 +8,7 @@ from __future__ import annotations
 from trainer_core.packs.common.qwen3vl.vision_data import EDIT_PREFIX, SUFFIX, T2I_PREFIX, T2I_START
 from trainer_core.packs.base import STUDENT_MATERIALS
 from trainer_core.packs.common.qwen3vl.vision_pack import IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
+from trainer_core.packs.eval_guide import EvalGuide
 
 __all__ = ["PACK", "TEACHER", "EDIT_PREFIX", "T2I_PREFIX", "SUFFIX", "OUT_DIM", "VIS_DIM"]
 
@@ -60,6 +61,14 @@ PACK = VisionPack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos_slice", "cos_vis", "cos_txt", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos",
                   "trained_steps", "val_samples"),
+    judge=EvalGuide(
+        headline="cos_slice", also=("cos_vis", "cos_txt"),
+        good="cos_slice covers the rows the DiT consumes; a lagging cos_vis means the vis_in path or the width is "
+             "the limit, not the student; the reference run's A/B edits were near-identical to the teacher's",
+        references=(("cos_vis", "0.80"), ("cos_txt", "0.98"), ("cos", "0.915")),
+        source="product brief (gguf-trainer-brief.txt): the trainer5 reference run's val cos 0.915, vision "
+               "positions 0.80, text 0.98 (raw cosine over every real token, what eval.json's cos / cos_vis / "
+               "cos_txt measure); no figure is published for cos_slice itself (engine-contract.md §2)"),
     ggk_model_args="--diffusion-model mageflow-edit-turbo-nvfp4.gguf --vae pig_mageflow_vae_fp32-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --llm_vision mmproj-qwen3vl-4b-it-f16.gguf",
     demo_settings=IMAGE_DEMO_SETTINGS,

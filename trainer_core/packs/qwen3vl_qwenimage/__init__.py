@@ -11,6 +11,7 @@ from trainer_core.packs.common.qwen3vl.qwenimage_data import START, SYSTEM, USER
 from trainer_core.packs.common.qwen3vl.vision_data import SUFFIX
 from trainer_core.packs.base import STUDENT_MATERIALS
 from trainer_core.packs.common.qwen3vl.vision_pack import IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
+from trainer_core.packs.eval_guide import EvalGuide
 
 __all__ = ["PACK", "TEACHER", "SYSTEM", "USER", "SUFFIX", "OUT_DIM", "VIS_DIM"]
 
@@ -68,6 +69,12 @@ PACK = VisionPack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos_slice", "cos_edit", "cos_t2i", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos",
                   "trained_steps", "val_samples"),
+    judge=EvalGuide(
+        headline="cos_slice", also=("cos_t2i", "cos_edit", "rel_mse"),
+        good="cos_slice is exactly the rows the DiT consumes, split into cos_t2i (text-only samples) and cos_edit "
+             "(image samples); the pre-norm tap runs plain cosine high, so compare runs by rel_mse as well",
+        source="none: the product brief (gguf-trainer-brief.txt) says \"No reference run exists yet\" "
+               "(engine-contract.md §3 agrees)"),
     ggk_args="--llm {student} --llm-adapter {gguf}",
     # the demo's images rendered at 128² or 192² (16 or 36 slots) instead of 384²…1024²
     demo_settings=IMAGE_DEMO_SETTINGS + ("corpus.ref_areas=[[16384, 0.5], [36864, 0.5]]",
