@@ -12,7 +12,7 @@ relative σ floor and folded back at export (out_proj and skip).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.prompt_attention import parse_prompt_attention
@@ -44,6 +44,7 @@ def _tap_text(taps: tuple[int, ...]) -> str:
 @dataclass(frozen=True)
 class Flux3Pack(TrainerPack):
     teacher_class = "trainer_core.packs.qwen3vl_flux3.teacher:KleinTeacher"
+    taps_of: ClassVar[Callable[[int], tuple[int, ...]]] = staticmethod(taps_for)   # the taps of an n-layer teacher
     budget_scale: float = 0.5
 
     def student_chunks(self, text: str) -> list[str]:
@@ -76,12 +77,12 @@ class Flux3Pack(TrainerPack):
             raise ModelFileError(f"The teacher config in {self.resolve_material(project, 'teacher')} has no "
                                  f"text_config.hidden_size / num_hidden_layers; download {self.teacher_repo} "
                                  "again.") from None
-        return {"out_dim": layer_dim * len(taps_for(n_layers)), "layer_dim": layer_dim, "n_layers": n_layers}
+        return {"out_dim": layer_dim * len(self.taps_of(n_layers)), "layer_dim": layer_dim, "n_layers": n_layers}
 
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.qwen3vl_flux3.teacher import MockKleinTeacher
         dims = self.teacher_dims(project)
-        return MockKleinTeacher(dims["out_dim"], taps_for(dims["n_layers"]))
+        return MockKleinTeacher(dims["out_dim"], self.taps_of(dims["n_layers"]))
 
     def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
         from trainer_core.packs.common.qwen3vl.teacher import auto_budgets
@@ -93,18 +94,22 @@ class Flux3Pack(TrainerPack):
     def prepare(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> None:
         """Both tokenizers give the engine's template ids, and the teacher's own encoding of the whole
         template string equals the student's piecewise one on the probes."""
-        check_templates(student.tokenize, "student")
+        self.check_tokenizer(student.tokenize, "student")
         tok = getattr(teacher, "tokenizer", None)
         if tok is None:
             return
-        check_templates(lambda s: tok.encode(s, add_special_tokens=False).ids, "teacher")
+        self.check_tokenizer(lambda s: tok.encode(s, add_special_tokens=False).ids, "teacher")
         for text in PROBES:
             mine = student.ids(self.student_chunks(text))
-            theirs = tok.encode(PREFIX + text + SUFFIX, add_special_tokens=False).ids
+            theirs = tok.encode(self.format_prompt(text), add_special_tokens=False).ids
             if mine != theirs:
                 raise ModelFileError(f"The student and teacher tokenizers disagree on {text!r} ({len(mine)} vs "
                                      f"{len(theirs)} tokens); the adapter needs one token sequence for both: use "
                                      "matching snapshots.")
+
+    def check_tokenizer(self, encode: Callable[[str], Any], what: str) -> None:
+        """Refuse a tokenizer (`encode(text) -> ids`) that does not give the engine's template pieces."""
+        check_templates(encode, what)
 
     def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets, session: Any = None
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -150,7 +155,7 @@ class Flux3Pack(TrainerPack):
         from trainer_core.contract.kinds import AdapterConfig
         dims, t = dims or self.teacher_dims(project), project.settings.train
         return AdapterConfig("token_aligned_layerwise", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
-                             depth=t.depth, taps=taps_for(dims["n_layers"]))
+                             depth=t.depth, taps=self.taps_of(dims["n_layers"]))
 
     def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
         """The pack's KVs, the tap description from the trained taps."""
@@ -208,15 +213,15 @@ PACK = Flux3Pack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos", "cos_tokens", "cos_pads", "cos_dit", "cos_centered", "cos_raw", "cos_full", "rel_mse",
                   "worst_sample_cos", "roundtrip_cos", "trained_steps", "val_samples"),
+    ggk_model_args="--diffusion-model flux3-image-klein-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
+    ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 4 --sampling-method euler --diffusion-fa",
+    reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},
+    demo_settings=("precompute.shard_size=120", "precompute.val_shard_size=40", "train.lr=0.002",
+                   "train.batch_tokens=0", "train.sigma_floor=0.05"),
     judge=EvalGuide(
         headline="cos", also=("cos_tokens", "cos_pads", "rel_mse"),
         good="cos is the per-tap standardized cosine training reports as val cos; cos_tokens and cos_pads split "
              "the real rows from the pad rows",
         source="none for FLUX.3 Klein: the peer's hint quotes another model's run (Krea 2's 12-tap trainer6 run, "
                "val cos 0.948) and says to expect ~0.9 (packs-contract-more.md D.3 §8)"),
-    ggk_model_args="--diffusion-model flux3-image-klein-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
-    ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 4 --sampling-method euler --diffusion-fa",
-    reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},
-    demo_settings=("precompute.shard_size=120", "precompute.val_shard_size=40", "train.lr=0.002",
-                   "train.batch_tokens=0", "train.sigma_floor=0.05"),
 )

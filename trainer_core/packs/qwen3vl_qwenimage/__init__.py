@@ -69,12 +69,6 @@ PACK = VisionPack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos_slice", "cos_edit", "cos_t2i", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos",
                   "trained_steps", "val_samples"),
-    judge=EvalGuide(
-        headline="cos_slice", also=("cos_t2i", "cos_edit", "rel_mse"),
-        good="cos_slice is exactly the rows the DiT consumes, split into cos_t2i (text-only samples) and cos_edit "
-             "(image samples); the pre-norm tap runs plain cosine high, so compare runs by rel_mse as well",
-        source="none: the product brief (gguf-trainer-brief.txt) says \"No reference run exists yet\" "
-               "(engine-contract.md §3 agrees)"),
     ggk_args="--llm {student} --llm-adapter {gguf}",
     # the demo's images rendered at 128² or 192² (16 or 36 slots) instead of 384²…1024²
     demo_settings=IMAGE_DEMO_SETTINGS + ("corpus.ref_areas=[[16384, 0.5], [36864, 0.5]]",
@@ -85,4 +79,10 @@ PACK = VisionPack(
     supervise="consumed_text",
     budget_scale=0.5,
     probe_counts=(144, 256),
+    judge=EvalGuide(
+        headline="cos_slice", also=("cos_t2i", "cos_edit", "rel_mse"),
+        good="cos_slice is exactly the rows the DiT consumes, split into cos_t2i (text-only samples) and cos_edit "
+             "(image samples); the pre-norm tap runs plain cosine high, so compare runs by rel_mse as well",
+        source="none: the product brief (gguf-trainer-brief.txt) says \"No reference run exists yet\" "
+               "(engine-contract.md §3 agrees)"),
 )

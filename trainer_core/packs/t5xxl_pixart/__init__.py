@@ -56,6 +56,8 @@ PACK = T5EncoderPack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos", "cos_rms", "rel_mse", "worst_row_cos", "cos_eos", "roundtrip_cos",
                   "trained_steps", "val_batches"),
+    ggk_model_args="--diffusion-model pixart-nvfp4.gguf --vae pig_pixart_vae_fp16-f16.gguf",
+    ggk_args="--llm {student} --llm-adapter {gguf}",
     judge=EvalGuide(
         headline="cos", also=("rel_mse", "cos_eos"),
         good="runs plateau at 0.80–0.83 (the 0.6B student is the ceiling); the per-position mean scores ~0.455 and "
@@ -64,6 +66,4 @@ PACK = T5EncoderPack(
         source="product brief (gguf-trainer-brief.txt): the reference run reached val cos 0.827 at 12.5k steps on "
                "117k prompts and both reference runs flattened at 0.80–0.83 (val cos: raw cosine over the real "
                "slots, what eval.json's cos measures); the ~0.6 and cos_eos figures: engine-contract.md §4"),
-    ggk_model_args="--diffusion-model pixart-nvfp4.gguf --vae pig_pixart_vae_fp16-f16.gguf",
-    ggk_args="--llm {student} --llm-adapter {gguf}",
 )
