@@ -46,6 +46,7 @@ class ZImagePack(TrainerPack):
     # the FLUX.3 Klein template pieces, tokenizer checks and budgets: the engine builds the same template
     student_chunks = Flux3Pack.student_chunks
     prepare = Flux3Pack.prepare
+    check_tokenizer = Flux3Pack.check_tokenizer
     budgets = Flux3Pack.budgets
 
     # ------------------------------------------------------------ teacher
@@ -156,13 +157,13 @@ PACK = ZImagePack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos", "cos_slice", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos", "trained_steps",
                   "val_samples"),
+    ggk_model_args="--diffusion-model z-image-turbo-nvfp4.gguf --vae ae.safetensors",
+    ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 8",
+    reference_dims={"out_dim": OUT_DIM, "n_layers": N_LAYERS},
+    demo_settings=("train.lr=0.002",),
     judge=EvalGuide(
         headline="cos_slice", also=("rel_mse",),
         good="the DiT reads every template row, which cos_slice averages per sample; the tap is pre-norm (a few "
              "huge dimensions run plain cosine high), so compare runs by rel_mse as well",
         source="none: engine-adapter-families.md §1.1 names no reference run"),
-    ggk_model_args="--diffusion-model z-image-turbo-nvfp4.gguf --vae ae.safetensors",
-    ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 8",
-    reference_dims={"out_dim": OUT_DIM, "n_layers": N_LAYERS},
-    demo_settings=("train.lr=0.002",),
 )

@@ -15,12 +15,10 @@ both engine commands. The engine's notes cite val cos 0.948 for a 12-tap run of 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.base import Budgets
-from trainer_core.packs.common.qwen3vl.vision_data import check_templates, encode_chunks
-from trainer_core.packs.common.qwen3vl.vision_pack import PROBES
 from trainer_core.packs.qwen3vl_flux3 import PACK as FLUX3
 from trainer_core.packs.qwen3vl_flux3 import Flux3Pack
 from trainer_core.packs.qwen3vl_flux3.template import padded_batch
@@ -46,6 +44,7 @@ def _target(taps: tuple[int, ...], out_dim: int) -> str:
 @dataclass(frozen=True)
 class Krea2Pack(Flux3Pack):
     teacher_class = "trainer_core.packs.qwen3vl_krea2.teacher:Krea2Teacher"
+    taps_of = staticmethod(taps_for)        # the Klein pack's dims, mock and adapter config at these taps
 
     def student_chunks(self, text: str) -> list[str]:
         return template_chunks(text)
@@ -59,34 +58,15 @@ class Krea2Pack(Flux3Pack):
         ids = student.ids(self.student_chunks(text))
         return student.hidden(*padded_batch([ids], len(ids)))[0].cpu().numpy()
 
-    # ------------------------------------------------------------ teacher
-    def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
-        """out_dim = 12 taps × the text stack's width, from the teacher's config.json (the reference shapes
-        when the teacher is mocked and not downloaded)."""
-        dims = super().teacher_dims(project)
-        return {**dims, "out_dim": dims["layer_dim"] * len(taps_for(dims["n_layers"]))}
-
-    def build_mock_teacher(self, project: "ProjectFolder") -> Any:
-        from trainer_core.packs.qwen3vl_flux3.teacher import MockKleinTeacher
-        dims = self.teacher_dims(project)
-        return MockKleinTeacher(dims["out_dim"], taps_for(dims["n_layers"]))
-
     # ------------------------------------------------------------ precompute
-    def prepare(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> None:
-        """Both tokenizers give the engine's template counts (34 rows before the prompt, the marker's ids), and
-        the teacher's own encoding of the whole template string equals the student's piecewise one."""
-        check_templates(student.tokenizer, "student")
-        tok = getattr(teacher, "tokenizer", None)
-        if tok is None:
-            return
-        check_templates(tok, "teacher")
-        for text in PROBES:
-            mine = student.ids(self.student_chunks(text))
-            theirs = encode_chunks(tok, [T2I_PREFIX + text + SUFFIX])
-            if mine != theirs:
-                raise ModelFileError(f"The student and teacher tokenizers disagree on {text!r} ({len(mine)} vs "
-                                     f"{len(theirs)} tokens); the adapter needs one token sequence for both: use "
-                                     "matching snapshots.")
+    def check_tokenizer(self, encode: Callable[[str], Any], what: str) -> None:
+        """Refuse a tokenizer whose system turn and user header are not the 34 rows the engine drops, or whose
+        assistant marker is not the engine's ids (FLUX.3 Klein's prepare then compares both tokenizers)."""
+        rows, marker = len(encode(T2I_PREFIX)), tuple(encode(SUFFIX))
+        if rows != SYSTEM_ROWS or marker != SUFFIX_IDS:
+            raise ModelFileError(f"The {what} tokenizer gives the Krea 2 template's system turn {rows} tokens and its "
+                                 f"marker {list(marker)}; the engine's are {SYSTEM_ROWS} and {list(SUFFIX_IDS)}: use "
+                                 "the Qwen tokenizer of the snapshot.")
 
     def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets, session: Any = None
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -115,13 +95,6 @@ class Krea2Pack(Flux3Pack):
         return tensors, extra
 
     # ------------------------------------------------------------ train / export
-    def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
-                       ) -> "AdapterConfig":
-        from trainer_core.contract.kinds import AdapterConfig
-        dims, t = dims or self.teacher_dims(project), project.settings.train
-        return AdapterConfig("token_aligned_layerwise", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
-                             depth=t.depth, taps=taps_for(dims["n_layers"]))
-
     def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
         return {**self.export_kvs, "adapter.target": _target(config.taps, config.out_dim)}
 
@@ -175,6 +148,10 @@ PACK = Krea2Pack(
     materials=FLUX3.materials,
     metric_names=("cos", "cos_centered", "cos_raw", "cos_full", "rel_mse", "worst_sample_cos", "roundtrip_cos",
                   "trained_steps", "val_samples"),
+    ggk_model_args="--diffusion-model krea2-turbo-nvfp4.gguf --vae krea2-vae-f16.gguf",
+    ggk_args=FLUX3.ggk_args,
+    reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},
+    demo_settings=FLUX3.demo_settings,
     judge=EvalGuide(
         headline="cos", also=("rel_mse",),
         good="cos is the per-tap standardized cosine training reports as val cos; the trainer6 12-tap run reached "
@@ -183,8 +160,4 @@ PACK = Krea2Pack(
         source="the engine's notes: \"the krea2 12-tap trainer6 run reached val cos 0.948\" "
                "(engine-adapter-families.md §1.2, quoting packs-contract-more.md D.3 §8); a training-val cosine, "
                "what eval.json's cos measures"),
-    ggk_model_args="--diffusion-model krea2-turbo-nvfp4.gguf --vae krea2-vae-f16.gguf",
-    ggk_args=FLUX3.ggk_args,
-    reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},
-    demo_settings=FLUX3.demo_settings,
 )

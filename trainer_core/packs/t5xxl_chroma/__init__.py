@@ -87,11 +87,11 @@ PACK = ChromaPack(
     reference_dims={"out_dim": T5_WIDTH, "num_queries": CHROMA_WINDOW, "seed_vocab": T5_VOCAB},
     materials=PIXART.materials,
     metric_names=("cos", "cos_rms", "rel_mse", "worst_row_cos", "roundtrip_cos", "trained_steps", "val_batches"),
+    ggk_model_args="--diffusion-model chroma1-hd-Q8_0.gguf --vae ae.safetensors",
+    ggk_args="--llm {student} --llm-adapter {gguf}",
     judge=EvalGuide(
         headline="cos", also=("rel_mse",),
         good="cos over the rows the DiT reads (real slots, EOS, the first pad slot); PixArt, with the same teacher "
              "and student, plateaus at 0.80–0.83, a guide and not a Chroma figure",
         source="none: engine-adapter-families.md §1.5 names no reference run"),
-    ggk_model_args="--diffusion-model chroma1-hd-Q8_0.gguf --vae ae.safetensors",
-    ggk_args="--llm {student} --llm-adapter {gguf}",
 )
