@@ -238,6 +238,11 @@ class Supervisor:
                 view = self._views.setdefault(key, view)
         return view
 
+    def detach(self, root: str | os.PathLike) -> None:
+        """Forget the view of `root` (its folder is about to be rebuilt: the next attach reads it afresh)."""
+        with self._lock:
+            self._views.pop(str(Path(root).resolve()), None)
+
     def view(self, root: str | os.PathLike | None) -> LiveView | None:
         if not root:
             return None

@@ -72,6 +72,9 @@ def make_context(projects_root: str | os.PathLike | None = None, demo_root: str 
 
 
 def build_app(ctx: Ctx) -> gr.Blocks:
+    # the project every page load shows is this app's own (ui/context.py), settled now: a CLI command
+    # run after this never changes what the app shows
+    ctx.start_project()
     with gr.Blocks(title="gguf-trainer", analytics_enabled=False) as app:
         project_state = gr.State(None)
         gr.Markdown(f"## gguf-trainer {__version__} — pig_clip adapters for ggk")
@@ -169,6 +172,7 @@ def main(options: ServeOptions) -> int:
     root = options.projects_root or (remembered_root() if local else None)
     ctx = make_context(root, allow=list(options.allow_dirs), local=local)
     if options.demo_pack:
+        # the demo app lands on its demo: run_demo makes it the app's own project (Ctx.project)
         root = setup_tab.run_demo(ctx, options.demo_pack)[0]
         print(f"demo: {root or 'could not be started (see the GUI)'}", flush=True)
     serve(ctx, options.host, options.port, options.share, options.auth, open_browser=options.open_browser)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -10,19 +11,23 @@ from trainer_core.base.config import ConfigError
 from trainer_core.materials import MaterialStatus, all_statuses
 from trainer_core.base.errors import TrainerError
 from trainer_core.packs import DEMO_PACKS, PACKS, get_pack
-from trainer_core.project import Project, folder_is_project, last_project, remember_last_project
+from trainer_core.project import Project, folder_is_project
+from trainer_core.readiness import launch_problems
 from trainer_core.runner import runtime_status
-from trainer_core.status import shard_disk_estimate
 
 from ui import materials_panel
 from ui.common import banner, fmt_size
 from ui.context import Ctx
+from ui.demo_flow import restart_demo, run_demo
 from ui.paths import PathRefused, check_length, check_name, os_error_sentence, shown
-from ui.plan_panel import plan_markdown, plan_summary, run_calibration
-from ui.settings_form import FIELDS, build_fields, form_assignments, form_values, problem_updates, visibility_updates
+from ui.plan_panel import plan_summary, run_calibration
+from ui.project_view import (AFRESH_LABEL, NO_PROJECT_NOTE, ProjectView, _opened, current_view, disk_estimate,
+                             start_label)
+from ui.settings_form import build_fields, form_assignments
 
-__all__ = ["build", "open_project", "create_project", "save_settings", "start_run", "run_demo", "missing_required",
-           "disk_estimate", "start_label", "browse", "ProjectView", "current_view", "change_root"]
+__all__ = ["build", "open_project", "create_project", "save_settings", "start_run", "run_demo", "restart_demo",
+           "missing_required", "disk_estimate", "start_label", "browse", "ProjectView", "current_view", "change_root",
+           "initial_project", "launch_problems", "AFRESH_LABEL", "NO_PROJECT_NOTE"]
 
 # ------------------------------------------------------------ pure helpers
 
@@ -30,16 +35,6 @@ def missing_required(project: Project) -> list[str]:
     """Required materials not on disk; one a demo runs without (its mocked teacher) is not missing."""
     return [st.title for st in all_statuses(project, online=False)
             if st.required and st.status not in ("ready", "not needed")]
-
-
-def disk_estimate(project: Project) -> str:
-    """The shards' disk use, as the Setup tab says it (status.shard_disk_estimate)."""
-    est = shard_disk_estimate(project)
-    if est["per_sample"] is None:
-        return (f"Shards on disk: estimated after the first shard, for {est['samples']} samples, under "
-                f"{project.root / 'shards'}")
-    return (f"Shards on disk: ≈ {fmt_size(int(est['total']))} for {est['samples']} samples "
-            f"({fmt_size(int(est['per_sample']))} each, {est['source']}), under {project.root / 'shards'}")
 
 
 PATH_SETTINGS = {"export.output_dir", "export.copy_to", "corpus.train_file", "corpus.val_file"}
@@ -72,12 +67,6 @@ def path_problems(ctx: Ctx, project: Project, assignments: list[str]) -> list[st
     return problems
 
 
-def start_label(status: str) -> str:
-    return {"running": "Pipeline running…", "done": "Run again (skips finished stages)",
-            "stopped": "Resume pipeline", "failed": "Resume pipeline",
-            "interrupted": "Resume pipeline"}.get(status, "Start pipeline")
-
-
 def browse(ctx: Ctx, folder: str, kind: str) -> tuple[str, Any, str]:
     """(the folder shown, the entries as radio choices, a banner)."""
     try:
@@ -95,49 +84,6 @@ def browse(ctx: Ctx, folder: str, kind: str) -> tuple[str, Any, str]:
     return str(listed), gr.update(choices=choices, value=None), ""
 
 
-class ProjectView:
-    """The outputs every project-changing handler returns, in the order `build` wires them."""
-
-    @staticmethod
-    def of(ctx: Ctx, project: Project | None, message: str = "", kind: str = "notice",
-           error: ConfigError | None = None) -> tuple:
-        if project is None:
-            return (None, banner(message, kind), "No project open", *[gr.update() for _ in FIELDS],
-                    gr.update(value=[]), "", gr.update(value="Start pipeline", interactive=False), gr.update())
-        values = form_values(project)
-        infos = problem_updates(error)
-        vis = visibility_updates(project)
-        fields = [gr.update(value=v, info=i.get("info"), **({"visible": s["visible"]} if "visible" in s else {}))
-                  for v, i, s in zip(values, infos, vis)]
-        status = runtime_status(project)["status"]
-        token = ("a token is saved (hidden); type a new one to replace it" if project.settings.hf_token
-                 else "hf_… (only for gated or private repos; without one, your Hugging Face login's is used)")
-        title = (f"**{project.settings.name}** · {project.pack.title} · `{project.root}` · status **{status}**")
-        table = materials_panel.rows(all_statuses(project, online=False))
-        panel = disk_estimate(project) + "\n\n" + plan_markdown(project)
-        return (str(project.root), banner(message, kind), title, *fields, gr.update(value=table), panel,
-                gr.update(value=start_label(status), interactive=status != "running"),
-                gr.update(value="", placeholder=token))
-
-
-def current_view(ctx: Ctx, current: str | None, message: str, kind: str = "error") -> tuple:
-    """The view of the project open now, with a banner: what a refused action returns. Its path,
-    title, materials and Start stay; the form keeps what the user typed (an unsaved edit survives).
-    No project open (or one no longer inside the allowed folders): the "No project open" view."""
-    project = None
-    if current:
-        try:
-            project = Project.open(ctx.paths.check(current, "project folder"))
-        except (PathRefused, TrainerError, OSError):   # gone, unreadable: "No project open"
-            project = None
-    if project is None:
-        return ProjectView.of(ctx, None, message, kind)
-    view = list(ProjectView.of(ctx, project, message, kind))
-    view[3:3 + len(FIELDS)] = [gr.update() for _ in FIELDS]
-    view[-1] = gr.update()                       # the token field too
-    return tuple(view)
-
-
 # ------------------------------------------------------------ handlers
 
 def open_project(ctx: Ctx, path_text: str, current: str | None = None) -> tuple:
@@ -149,13 +95,15 @@ def open_project(ctx: Ctx, path_text: str, current: str | None = None) -> tuple:
         return current_view(ctx, current, str(e))
     except OSError as e:                     # a loop, a file in the way, no permission: one sentence
         return current_view(ctx, current, os_error_sentence(e, "project folder"))
-    remember_last_project(project.root)
-    ctx.supervisor.attach(project.root)
-    note = ""
-    if runtime_status(project)["status"] == "interrupted":
-        note = (f"{project.settings.name} was running when its process died (a reboot?). "
-                f"Press Start / Resume to continue from the last checkpoint.")
-    return ProjectView.of(ctx, project, note)
+    _opened(ctx, project)
+    return ProjectView.of(ctx, project, _interrupted_note(project))
+
+
+def _interrupted_note(project: Project) -> str:
+    if runtime_status(project)["status"] != "interrupted":
+        return ""
+    return (f"{project.settings.name} was running when its process died (a reboot?). "
+            f"Press Start / Resume to continue from the last checkpoint.")
 
 
 def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str, current: str | None = None) -> tuple:
@@ -180,8 +128,7 @@ def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str, current: s
         return current_view(ctx, current, str(e))
     except OSError as e:                     # a loop, a file in the way, no permission: one sentence
         return current_view(ctx, current, os_error_sentence(e, field))
-    remember_last_project(project.root)
-    ctx.supervisor.attach(project.root)
+    _opened(ctx, project)
     return ProjectView.of(ctx, project, f"Created {project.root}.", "ok")
 
 
@@ -225,18 +172,20 @@ def _not_saved(ctx: Ctx, project: Project, error: TrainerError, values: tuple) -
 
 
 def start_run(ctx: Ctx, project_path: str | None, anyway: bool = False) -> tuple[str, Any]:
-    """(banner, the confirm button's visibility): a warning first when required materials are missing."""
+    """(banner, the confirm button's visibility): a warning first, every problem on its line with its fix (the
+    CLI's lines), when required materials are missing or the plan says the run will not fit."""
     if not project_path:
         return banner("Open or create a project first."), gr.update(visible=False)
     try:
         project = Project.open(project_path)
-        missing = [] if anyway or project.settings.precompute.mock_teacher else missing_required(project)
+        missing = [] if anyway else launch_problems(project)   # the mock teacher: the teacher is not needed
         if missing:
-            return (banner("Required materials are not ready: " + ", ".join(missing) +
-                           ". Provide them, or press Start anyway.", "notice"), gr.update(visible=True))
+            return (banner(f"Not started: this run needs {len(missing)} material{'s' if len(missing) > 1 else ''} "
+                           "first:\n" + _bullets(missing) + "\nProvide them, or press Start anyway.", "notice"),
+                    gr.update(visible=True))
         summary, warnings = plan_summary(project)
         if warnings and not anyway:           # the plan says it will not fit: say how, before anything runs
-            return (banner("The plan warns: " + " ".join(warnings) + " Change the settings, or press Start anyway.",
+            return (banner("The plan warns:\n" + _bullets(warnings) + "\nChange the settings, or press Start anyway.",
                            "notice"), gr.update(visible=True))
         pid = ctx.supervisor.start_run(project.root)
     except TrainerError as e:
@@ -245,24 +194,9 @@ def start_run(ctx: Ctx, project_path: str | None, anyway: bool = False) -> tuple
                    "ok"), gr.update(visible=False))
 
 
-def run_demo(ctx: Ctx, pack_id: str = DEMO_PACKS[0], current: str | None = None) -> tuple:
-    """Build the pack's demo project (once) under the demo folder and start it; refused, the
-    project open now (`current`) stays open."""
-    from trainer_core.demo.build import build_demo
-    try:
-        root = ctx.demo_root / get_pack(pack_id).default_folder
-        project = Project.open(root) if folder_is_project(root) else build_demo(root, pack_id)
-        remember_last_project(project.root)
-        ctx.supervisor.attach(project.root)
-        status = runtime_status(project)["status"]
-        if status == "running":
-            message = "The demo is already running."
-        else:
-            pid = ctx.supervisor.start_run(project.root)
-            message = f"Demo started (pid {pid}): tiny offline models, every stage, about two minutes on a laptop."
-    except TrainerError as e:
-        return current_view(ctx, current, str(e))
-    return ProjectView.of(ctx, project, message, "ok")
+def _bullets(lines: list[str]) -> str:
+    """One line each, as the banner shows them (it keeps the newlines)."""
+    return "\n".join("• " + line for line in lines)
 
 
 def change_root(ctx: Ctx, text: str, current: str | None) -> tuple:
@@ -282,20 +216,26 @@ def change_root(ctx: Ctx, text: str, current: str | None) -> tuple:
     if current and view[0] is None:
         message += f" The project {current} lies outside it and was closed."
         view = current_view(ctx, None, message, "ok")
+    ctx.remember_project(Path(view[0]) if view[0] else None)    # the app's own project, under its new root
     shown, entries, _ = browse(ctx, str(root), "dir")
     return (*view, gr.update(value=str(root)), shown, entries)
 
 
 def initial_project(ctx: Ctx) -> tuple:
-    path = last_project()
+    """A page load: the app's own project (ui/context.py), never the CLI's last project of the moment; it
+    writes nothing (the project is already the app's)."""
+    path = ctx.start_project()
     if path is None or not folder_is_project(path):
         return ProjectView.of(ctx, None, "")
     try:
-        ctx.paths.check(path, "project folder")
+        project = Project.open(ctx.paths.check(path, "project folder"))
     except PathRefused:             # remembered state never widens the folders the app may use
         return ProjectView.of(ctx, None, f"The last project, {path}, is outside the folders this app may use; "
                                          f"start the app with --allow-dir {path.parent} to open it.", "notice")
-    return open_project(ctx, str(path))
+    except (TrainerError, OSError):  # unreadable since: nothing open, as for a folder gone
+        return ProjectView.of(ctx, None, "")
+    ctx.supervisor.attach(project.root)
+    return ProjectView.of(ctx, project, _interrupted_note(project))
 
 
 # ------------------------------------------------------------ layout
@@ -321,6 +261,8 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
             demo_btn = gr.Button("Try the demo", variant="primary", scale=1, elem_id="demo-btn")
             demo_pack = gr.Dropdown([(PACKS[p].title.split(" (")[0], p) for p in DEMO_PACKS], value=DEMO_PACKS[0],
                                     label="Demo pack", scale=1, elem_id="demo-pack")
+            # offered only by the demo button's answer on a demo that has run every stage (ui/demo_flow.py)
+            afresh_btn = gr.Button(AFRESH_LABEL, variant="stop", visible=False, scale=1, elem_id="demo-afresh")
         with gr.Accordion("+ New project", open=False):
             with gr.Row():
                 new_name = gr.Textbox(label="Adapter name", placeholder="pig_<folder>", elem_id="new-name")
@@ -347,22 +289,31 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
         materials = panel["outputs"][0]
         hf_token = gr.Textbox(label="HF token (for gated or private repos; kept in the project's .hf_token, "
                                     "readable only by you, never shown again)",
-                              type="password", value="", elem_id="hf-token")
-    fields = build_fields()
-    disk = gr.Markdown("", elem_id="disk-estimate")           # the shards' estimate and the Plan panel
+                              type="password", value="", interactive=False, elem_id="hf-token")
+    # no project open: the form and the Plan panel are hidden behind a line that says how to get one
+    no_project = gr.Markdown(NO_PROJECT_NOTE, elem_id="no-project-note")
+    with gr.Column(visible=False, elem_id="settings-form") as form:
+        fields = build_fields()
+        disk = gr.Markdown("", elem_id="disk-estimate")       # the shards' estimate and the Plan panel
     with gr.Row():
-        calibrate_btn = gr.Button("Calibrate the plan", elem_id="calibrate-btn")
-        save_btn = gr.Button("Save settings", elem_id="save-btn")
+        calibrate_btn = gr.Button("Calibrate the plan", interactive=False, elem_id="calibrate-btn")
+        save_btn = gr.Button("Save settings", interactive=False, elem_id="save-btn")
         start_btn = gr.Button("Start pipeline", variant="primary", interactive=False, elem_id="setup-start")
         anyway_btn = gr.Button("Start anyway", variant="stop", visible=False, elem_id="start-anyway")
 
-    view_outputs = [project_state, top_banner, project_title, *fields.values(), materials, disk, start_btn, hf_token]
+    view_outputs = [project_state, top_banner, project_title, *fields.values(),
+                    form, no_project, calibrate_btn, save_btn, afresh_btn,          # ProjectView.extras
+                    materials, disk, start_btn, hf_token]
     # the open project (a State: not part of the API's parameters) stays open when an action is refused
     open_btn.click(lambda p, c: open_project(ctx, p, c), [open_path, project_state], view_outputs,
                    api_name="open_project")
     create_btn.click(lambda n, k, r, c: create_project(ctx, n, k, r, c), [new_name, new_pack, new_root, project_state],
                      view_outputs, api_name="create_project")
-    demo_btn.click(lambda k, c: run_demo(ctx, k, c), [demo_pack, project_state], view_outputs, api_name="run_demo")
+    # the demo buttons build or delete the demo's folder: one at a time
+    demo_btn.click(lambda k, c: run_demo(ctx, k, c), [demo_pack, project_state], view_outputs, api_name="run_demo",
+                   concurrency_id="demo", concurrency_limit=1)
+    afresh_btn.click(lambda c: restart_demo(ctx, c), [project_state], view_outputs, api_name=False,
+                     concurrency_id="demo", concurrency_limit=1)
     root_btn.click(lambda r, c: change_root(ctx, r, c), [new_root, project_state],
                    [*view_outputs, new_root, browse_dir, entries], api_name=False)
     save_btn.click(lambda p, t, *v: save_settings(ctx, p, t, *v), [project_state, hf_token, *fields.values()],
