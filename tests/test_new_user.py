@@ -67,3 +67,30 @@ def test_the_app_on_a_port_in_use_is_one_sentence_naming_port():
     suggested = int(line.split("(--port ")[1].split(" ")[0])
     with socket.socket() as s:                                   # the port it names was free when it said so
         s.bind(("127.0.0.1", suggested))
+
+
+def test_the_plans_memory_hints_name_the_setting_each_pack_places_its_teacher_with(tmp_path):
+    """LLaDA places its teacher with precompute.placement, not teacher_mode: its warnings must say so."""
+    from trainer_core.packs import PACKS
+    from trainer_core.plan import _stream_hint
+    for pack in PACKS.values():
+        project = Project.create(tmp_path / pack.id, pack.id)
+        hint = _stream_hint(project)
+        assert f"precompute.{pack.teacher_control}" in hint
+        if pack.teacher_control != "teacher_mode":
+            assert "teacher_mode" not in hint
+
+
+def test_new_says_what_to_do_next_and_demo_on_an_existing_project_says_so_at_once(tmp_path):
+    r = cli("new", "--project", str(tmp_path / "z"), "--pack", "qwen3_zimage")
+    assert r.returncode == 0
+    todo = [line for line in r.stdout.splitlines() if line.startswith("  to do: ")]
+    assert len(todo) == 3 and any("materials.student.path=FILE" in line for line in todo)
+    assert f"gguf-trainer start --project {tmp_path / 'z'}" in r.stdout
+    before = sorted(p.name for p in (tmp_path / "z").iterdir())
+    r = cli("demo", "--pack", "qwen3_zimage", "--project", str(tmp_path / "z"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == (f"A project already exists at {tmp_path / 'z'}; run it with `gguf-trainer run "
+                                f"--project {tmp_path / 'z'}`, or delete that folder (or pass another --project) "
+                                "to build the demo afresh.")
+    assert sorted(p.name for p in (tmp_path / "z").iterdir()) == before

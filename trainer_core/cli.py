@@ -282,9 +282,13 @@ def auto_resume() -> int | None:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
+    from trainer_core.readiness import launch_problems
     project = Project.create(args.project, args.pack, args.name)
     print(f"created {project.pack.id} project {project.root} (adapter {project.settings.name}, "
           f"export {project.gguf_path()})")
+    for line in launch_problems(project):
+        print(f"  to do: {line}")
+    print(f"then: gguf-trainer plan --project {project.root}, and gguf-trainer start --project {project.root}")
     return 0
 
 
@@ -458,6 +462,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # under the projects root, not the current folder (a clone, say): the GUI's demo goes there too
     default = default_projects_root() / DEMO_FOLDER / get_pack(args.pack).default_folder
     root = Path(args.project) if args.project else default
+    if (root / "project.json").is_file():         # said at once, before the models' libraries load
+        raise UsageError(f"A project already exists at {root}; run it with `gguf-trainer run --project {root}`, "
+                         "or delete that folder (or pass another --project) to build the demo afresh.")
     bars = TerminalBars(sys.stdout)
     project = build_demo(root, args.pack, lambda done, total, what: bars.update("demo", done, total, "steps",
                                                                                desc=f"demo: {what}"))

@@ -372,7 +372,7 @@ def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> lis
         ram = hw["ram_available_bytes"]
         if (not hw["gpus"] or mode == "offload") and weights > ram:
             out.append(f"The teacher does not fit in memory: its weights take ~{human(weights)} and {human(ram)} of "
-                       f"RAM is available; use a GPU with precompute.teacher_mode=offload or auto, or free memory.")
+                       f"RAM is available; {_stream_hint(project)}, or free memory.")
     out += _memory_warnings(project, plan, hw)
     seconds = plan["stages"]["train"]["seconds"]
     if seconds and seconds > LONG_TRAIN_S:
@@ -390,6 +390,14 @@ def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> lis
     return out
 
 
+def _stream_hint(project: Project) -> str:
+    """How this pack's teacher leaves RAM for the card: the setting the pack places it with."""
+    if project.pack.teacher_control == "teacher_mode":
+        return "use a GPU with precompute.teacher_mode=offload (the weights stream through the card) or auto"
+    return (f"use a GPU: precompute.{project.pack.teacher_control} spreads the teacher over the cards "
+            f"(precompute.gpu_mem_gib, precompute.cpu_mem_gib bound each)")
+
+
 def _memory_warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> list[str]:
     """The plan's own peak RAM against this machine's: when a stage would need more than the machine has, say
     which and the setting value that fits (for the adapter's stages, the deepest train.depth whose adapter the
@@ -402,7 +410,7 @@ def _memory_warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any])
     head = (f"The {stage} stage would need ~{human(peak)} of RAM (the plan's peak) but this machine has "
             f"{human(total)}")
     if stage.startswith("precompute"):
-        return [head + "; set precompute.teacher_mode=offload with a GPU, or lower precompute.teacher_batch."]
+        return [head + f"; {_stream_hint(project)}, or lower precompute.teacher_batch."]
     t = project.settings.train
     try:
         dims = project.pack.teacher_dims(project)

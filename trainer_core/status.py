@@ -22,8 +22,8 @@ __all__ = ["status_report", "STAGE_DETAILS", "output_files", "shard_disk_estimat
 
 PLAN_FILE = "plan.json"        # the calibrated plan the last run started under (plan.py writes it)
 
-STAGE_DETAILS = ("detail", "count", "total", "unit", "step", "planned_steps", "val_cos", "best_val_cos", "error",
-                 "eta_s", "rate")
+STAGE_DETAILS = ("started", "detail", "count", "total", "unit", "step", "planned_steps", "val_cos", "best_val_cos",
+                 "error", "eta_s", "rate")
 
 
 def output_files(project: Project) -> list[dict[str, Any]]:

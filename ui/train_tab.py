@@ -45,15 +45,24 @@ def metrics_html(snap: dict[str, Any]) -> str:
     p, v = snap.get("last_train") or {}, snap.get("last_val") or {}
     report = snap.get("report") or {}
     running = report.get("status") == "running"
-    # "steps": the metric points of earlier versions
-    planned = trainer_planned(snap) or p.get("planned_steps", p.get("steps", report.get("planned_steps", "–")))
-    cells = [("step", f"{p.get('step', '–')} / {planned}"),
+    stage = _train_stage(snap)
+    # the trainer's own figures only once it logged in this run: before that (a run just started, or none
+    # running) the last point is an earlier run's, and the step that counts is the checkpoint's
+    started, at = (stage or {}).get("started"), p.get("time")
+    live = stage is not None and not (isinstance(at, (int, float)) and isinstance(started, (int, float))
+                                      and at < started)
+    if live:
+        step, planned = p.get("step", "–"), trainer_planned(snap) or p.get("planned_steps", "–")
+    else:
+        last = (report.get("checkpoints") or {}).get("last") or {}
+        step, planned = last.get("step", p.get("step", "–")), report.get("planned_steps", "–")
+    cells = [("step", f"{step} / {planned}"),
              ("loss", fmt_num(p.get("loss"))), ("rel_mse", fmt_num(p.get("rel_mse"))), ("cos", fmt_num(p.get("cos"))),
              ("val cos", fmt_num(v.get("val_cos"))), ("best val cos", fmt_num(v.get("best_val_cos"))),
              ("lr", f"{p['lr']:.2e}" if isinstance(p.get("lr"), float) else "–"),
              ("prompts/s", fmt_num(p.get("samples_per_s"), 1))]
     if running:
-        cells.append(("ETA", fmt_duration(p.get("eta_s"))))
+        cells.append(("ETA", fmt_duration(p.get("eta_s")) if live else "–"))
     ck = report.get("checkpoints") or {}
     note = "checkpoints: last + best" if ck.get("last") else "no checkpoints yet"
     return ('<div class="gt-metrics" style="display:flex;gap:14px;flex-wrap:wrap">'

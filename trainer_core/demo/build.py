@@ -58,7 +58,12 @@ def build_demo(root: str | Path, pack_id: str = DEMO_PACKS[0],
     torch.manual_seed(SEED)
     write_student_gguf(Qwen3Model(config), materials / "pig_clip-demo-f16.gguf", dtype="f16")
     step(3, 5, "the teacher")
-    pack.build_demo_materials(project, prompts)
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()          # save_pretrained's "Writing model shards" bar: not among our lines
+    try:
+        pack.build_demo_materials(project, prompts)
+    finally:
+        hf_logging.enable_progress_bar()
     step(4, 5, "the settings")
 
     project.update_settings([*DEMO_SETTINGS, *pack.demo_settings,

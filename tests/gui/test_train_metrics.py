@@ -1,0 +1,42 @@
+"""The Train tab's step and ETA agree with the checkpoints (issue 40 item 6): stopped, it shows the step a
+resume starts from; for the seconds after Start before the trainer logs, it shows that step against the
+new count and no ETA (not the earlier run's "200 / 200, ETA 0"); once the trainer logs, its own figures."""
+from __future__ import annotations
+
+import re
+
+from ui.train_tab import metrics_html
+
+
+def cells(html: str) -> dict[str, str]:
+    return dict(re.findall(r'data-metric="([^"]+)">([^<]*)<', html))
+
+
+def snap(status: str, *, point_time: float, started: float | None, stage: str | None = "train",
+         ck_step: int = 213, planned: int = 400, point_step: int = 210, point_planned: int = 400,
+         eta: float = 0.0) -> dict:
+    stages = [{"name": "train", "status": "running" if status == "running" else status,
+               **({"started": started} if started is not None else {})}]
+    return {"last_train": {"step": point_step, "planned_steps": point_planned, "loss": 0.5, "eta_s": eta,
+                           "time": point_time},
+            "last_val": {"val_cos": 0.8},
+            "report": {"status": status, "stage": stage, "planned_steps": planned, "stages": stages,
+                       "checkpoints": {"last": {"step": ck_step}}}}
+
+
+def test_a_stopped_run_shows_the_checkpoints_step_not_the_last_logged_one():
+    shown = cells(metrics_html(snap("stopped", point_time=100.0, started=None, stage=None)))
+    assert shown["step"] == "213 / 400" and "ETA" not in shown
+
+
+def test_just_after_start_the_earlier_runs_point_is_not_shown_as_live():
+    # the previous run ended at 200 / 200 with ETA 0; the count was raised to 400 and Start pressed at t=500
+    before = snap("running", point_time=100.0, started=500.0, ck_step=200, point_step=200, point_planned=200)
+    shown = cells(metrics_html(before))
+    assert shown["step"] == "200 / 400" and shown["ETA"] == "–"
+
+
+def test_once_the_trainer_logs_its_own_figures_are_shown():
+    live = snap("running", point_time=600.0, started=500.0, ck_step=200, point_step=250, point_planned=400, eta=75.0)
+    shown = cells(metrics_html(live))
+    assert shown["step"] == "250 / 400" and shown["ETA"] != "–" and shown["ETA"] != "0 s"
