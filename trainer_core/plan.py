@@ -259,19 +259,24 @@ def _stage(seconds: float | None, disk: float, ram: float | None, vram: float | 
             "source": source}
 
 
-def _adapter_params(project: Project) -> int:
-    """Parameters of the adapter the settings build: the pack's config of the teacher's dims (the reference
-    dims while the teacher is not on disk), counted by its kind from the tensors it has (no torch: the GUI
-    process never imports it)."""
+def _adapter_config(project: Project) -> Any:
+    """The adapter config the settings build: the pack's config of the teacher's dims (the reference dims while
+    the teacher is not on disk); None for a pack that cannot size its adapter before precompute."""
     try:
         dims = project.pack.teacher_dims(project)
     except TrainerError:
         dims = dict(project.pack.reference_dims)
     try:
-        config = project.pack.adapter_config(project, student_width(project), dims)
-    except (KeyError, ValueError, TrainerError):     # a pack that cannot size its adapter before precompute
-        return 0
-    return config.spec.parameter_count(config)
+        return project.pack.adapter_config(project, student_width(project), dims)
+    except (KeyError, ValueError, TrainerError):
+        return None
+
+
+def _adapter_params(project: Project) -> int:
+    """Parameters of that adapter, counted by its kind from the tensors it has (no torch: the GUI process
+    never imports it); 0 when it cannot be sized yet."""
+    config = _adapter_config(project)
+    return config.spec.parameter_count(config) if config is not None else 0
 
 
 def make_plan(project: Project, hw: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -411,14 +416,8 @@ def _memory_warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any])
             f"{human(total)}")
     if stage.startswith("precompute"):
         return [head + f"; {_stream_hint(project)}, or lower precompute.teacher_batch."]
-    t = project.settings.train
-    try:
-        dims = project.pack.teacher_dims(project)
-    except TrainerError:
-        dims = dict(project.pack.reference_dims)
-    try:
-        config = project.pack.adapter_config(project, student_width(project), dims)
-    except (KeyError, ValueError, TrainerError):
+    t, config = project.settings.train, _adapter_config(project)
+    if config is None:
         return [head + "; lower train.depth or train.width."]
     def fits(depth: int) -> bool:
         return 2**30 + 16 * config.spec.parameter_count(dataclasses.replace(config, depth=depth)) <= 0.9 * total

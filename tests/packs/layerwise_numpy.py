@@ -73,3 +73,20 @@ def layerwise_forward(w: dict[str, np.ndarray], h: np.ndarray) -> np.ndarray:
         x = x + _attention(w, f"{b}.self_attn", _layer_norm(w, f"{b}.ln_self", x))
         x = x + _linear(w, f"{b}.mlp.2", _gelu(_linear(w, f"{b}.mlp.0", _layer_norm(w, f"{b}.ln_mlp", x))))
     return _linear(w, "out_proj", _layer_norm(w, "ln_out", x)) + _linear(w, "skip", h)
+
+
+def infer_prompt_matches_numpy(project, pack, weights: dict[str, np.ndarray], where, prompt: str) -> np.ndarray:
+    """`gguf-trainer infer --prompt` on the project's export equals this module's forward of the student's rows
+    as the pack hands them to the adapter (no pads: one row per template token); returns those rows."""
+    from conftest import cli
+    from trainer_core.contract.student import load_student
+    materials = project.materials_dir
+    student, tokenizer = materials / "pig_clip-demo-f16.gguf", materials / "pig-clip-tokenizer"
+    r = cli("infer", "--adapter", str(project.gguf_path()), "--student", str(student), "--tokenizer",
+            str(tokenizer), "--pack", pack.id, "--prompt", prompt, "--out", str(where / "P.npy"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = load_student(student, tokenizer)
+    rows = pack.student_states(st, prompt)
+    assert rows.shape[0] == len(st.ids(pack.student_chunks(prompt)))
+    np.testing.assert_allclose(np.load(where / "P.npy"), layerwise_forward(weights, rows), atol=1e-4, rtol=1e-5)
+    return rows

@@ -13,7 +13,7 @@ import torch
 
 import demo_cache
 from conftest import cli
-from packs.layerwise_numpy import gguf_tensors, layerwise_forward
+from packs.layerwise_numpy import gguf_tensors, infer_prompt_matches_numpy
 from packs.test_flux3 import engine, hf_tokenizer, student, student_dir  # noqa: F401 — fixtures
 from trainer_core.packs.base import Budgets
 from trainer_core.packs.qwen3vl_krea2 import PACK
@@ -175,13 +175,4 @@ def test_the_krea2_demo_trains_exports_and_reads_back(demo, tmp_path):
     assert "kv adapter.n_out_layers = 12" in r.stdout and "krea2 / iris" in r.stdout
 
     weights = gguf_tensors(gguf_path)
-    materials = demo.materials_dir
-    r = cli("infer", "--adapter", str(gguf_path), "--student", str(materials / "pig_clip-demo-f16.gguf"),
-            "--tokenizer", str(materials / "pig-clip-tokenizer"), "--pack", PACK.id,
-            "--prompt", "a sheep in sunglasses", "--out", str(tmp_path / "P.npy"))
-    assert r.returncode == 0, r.stdout + r.stderr
-    from trainer_core.contract.student import load_student
-    st = load_student(materials / "pig_clip-demo-f16.gguf", materials / "pig-clip-tokenizer")
-    rows = PACK.student_states(st, "a sheep in sunglasses")
-    assert rows.shape[0] == len(st.ids(PACK.student_chunks("a sheep in sunglasses")))    # no pads
-    np.testing.assert_allclose(np.load(tmp_path / "P.npy"), layerwise_forward(weights, rows), atol=1e-4, rtol=1e-5)
+    infer_prompt_matches_numpy(demo, PACK, weights, tmp_path, "a sheep in sunglasses")     # no pads: a row a token
