@@ -260,7 +260,7 @@ def test_demo_then_run_through_precompute(tmp_path, run_cli):
     assert done["corpus"] and done["precompute_val"] and done["precompute_train"] and not done["train"]
     assert len(shard_files(Project.open(root), "train")) == 3
     r = run_cli("demo", "--project", str(root))
-    assert r.returncode == 2 and "already a project" in r.stderr
+    assert r.returncode == 2 and f"A project already exists at {root}" in r.stderr
     # the whole pipeline on the demo (train, export, eval) is tests/stages/test_export.py
 
 
