@@ -16,14 +16,12 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainer_core.base.diskspace import existing_folder as _existing_folder, fs_limits
+
 __all__ = ["PathPolicy", "PathRefused", "Entry", "KIND_SUFFIXES", "fs_limits", "check_name", "check_length",
            "os_error_sentence", "shown"]
 
 KIND_SUFFIXES = {"model": (".gguf", ".safetensors"), "text": (".txt", ".jsonl", ".csv"), "dir": (), "any": None}
-
-
-NAME_MAX_FALLBACK = 255        # bytes in one path component, where pathconf cannot say
-PATH_MAX_FALLBACK = 4096       # bytes in a whole path, the terminating NUL included
 
 
 class PathRefused(ValueError):
@@ -34,29 +32,6 @@ def shown(text: str | os.PathLike, limit: int = 120) -> str:
     """`text` as a message quotes it: a very long path is shortened in the middle."""
     text = str(text)
     return text if len(text) <= limit else f"{text[:limit * 2 // 3]}…{text[-(limit // 3):]}"
-
-
-def _existing_folder(path: Path) -> Path:
-    """The nearest folder of `path` (itself or an ancestor) that exists: where the filesystem is asked."""
-    for candidate in (path, *path.parents):
-        if os.path.isdir(candidate):          # never raises: too long, a loop, a file in the way are False
-            return candidate
-    return Path(path.anchor or os.sep)
-
-
-def _pathconf(folder: Path, name: str, fallback: int) -> int:
-    try:
-        value = os.pathconf(folder, name)
-    except (AttributeError, ValueError, OSError):   # no pathconf (Windows), an unknown name, an unreadable folder
-        return fallback
-    return value if isinstance(value, int) and value > 0 else fallback
-
-
-def fs_limits(path: str | os.PathLike) -> tuple[int, int]:
-    """(NAME_MAX, PATH_MAX) in bytes of the filesystem `path` lies on, or would be created on: asked of its
-    nearest existing folder, 255 and 4096 where pathconf cannot say."""
-    folder = _existing_folder(Path(path))
-    return _pathconf(folder, "PC_NAME_MAX", NAME_MAX_FALLBACK), _pathconf(folder, "PC_PATH_MAX", PATH_MAX_FALLBACK)
 
 
 def _size(text: str) -> tuple[int, str]:

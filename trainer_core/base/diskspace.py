@@ -30,18 +30,10 @@ def human(n: float) -> str:
     return f"{n:.1f} TB"
 
 
-def _existing(path: Path) -> Path:
-    """The nearest folder of `path` that exists."""
-    path = Path(os.path.abspath(path))
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path if path.is_dir() else path.parent
-
-
 def free_bytes(path: str | os.PathLike) -> int | None:
     """Free bytes on the disk that holds `path` (or would hold it), None if unknown."""
     try:
-        return shutil.disk_usage(_existing(Path(path))).free
+        return shutil.disk_usage(existing_folder(Path(os.path.abspath(path)))).free
     except OSError:
         return None
 
@@ -50,7 +42,7 @@ def mount_of(path: str | os.PathLike) -> str:
     """`<device> (mounted at <dir>)` for the mount that holds `path`: the deepest mount point above it in the
     mount table (a bind mount of the project's own folder included, which has the same device as its source
     and so is not found by comparing devices), else the nearest folder `os.path.ismount` finds."""
-    where = Path(os.path.realpath(_existing(Path(path))))
+    where = Path(os.path.realpath(existing_folder(Path(os.path.abspath(path)))))
     device, point = "", None
     try:
         import psutil
@@ -114,3 +106,32 @@ def disk_error(e: OSError, path: str | os.PathLike | None = None, needs: int | N
         return FolderError(f"{blocker or target} is a file, not a folder, so {target} cannot be created there; "
                            "pick another place.")
     return None
+
+
+# ---------------------------------------------------------------- the filesystem's name and path limits
+
+NAME_MAX_FALLBACK = 255        # bytes in one path component, where pathconf cannot say
+PATH_MAX_FALLBACK = 4096       # bytes in a whole path, the terminating NUL included
+
+
+def existing_folder(path: Path) -> Path:
+    """The nearest folder of `path` (itself or an ancestor) that exists: where the filesystem is asked."""
+    for candidate in (path, *path.parents):
+        if os.path.isdir(candidate):          # never raises: too long, a loop, a file in the way are False
+            return candidate
+    return Path(path.anchor or os.sep)
+
+
+def _pathconf(folder: Path, name: str, fallback: int) -> int:
+    try:
+        value = os.pathconf(folder, name)
+    except (AttributeError, ValueError, OSError):   # no pathconf (Windows), an unknown name, an unreadable folder
+        return fallback
+    return value if isinstance(value, int) and value > 0 else fallback
+
+
+def fs_limits(path: str | os.PathLike) -> tuple[int, int]:
+    """(NAME_MAX, PATH_MAX) in bytes of the filesystem `path` lies on, or would be created on: asked of its
+    nearest existing folder, 255 and 4096 where pathconf cannot say."""
+    folder = existing_folder(Path(path))
+    return _pathconf(folder, "PC_NAME_MAX", NAME_MAX_FALLBACK), _pathconf(folder, "PC_PATH_MAX", PATH_MAX_FALLBACK)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Protocol
 
 from trainer_core.base.atomic import atomic_write_json, read_json
+from trainer_core.base.diskspace import fs_limits
 from trainer_core.base import config, token_store
 from trainer_core.base.config import Settings
 from trainer_core.base.errors import ConfigError, FolderError, NoProjectError, ProjectExistsError, TrainerError
@@ -145,18 +146,6 @@ def adapter_name(folder: str) -> str:
     return name if name.startswith("pig_") else "pig_" + name
 
 
-def _fs_limits(path: Path) -> tuple[int, int]:
-    """(the longest file name, the longest path) the filesystem holding `path` (or its nearest existing
-    folder) allows; 255 and 4096 where it does not say."""
-    probe = path
-    while not os.path.exists(probe) and probe != probe.parent:     # False, not an error, for an over-long name
-        probe = probe.parent
-    try:
-        return os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
-    except (OSError, ValueError, AttributeError):
-        return 255, 4096
-
-
 def path_problems(root: Path, settings: Settings) -> list[str]:
     """One sentence per path setting the filesystem cannot hold (a name or a whole path too long), so `set` and
     the GUI form refuse it before anything is written."""
@@ -170,7 +159,7 @@ def path_problems(root: Path, settings: Settings) -> list[str]:
         if not isinstance(text, str) or not text:
             continue
         path = Path(os.path.normpath(root / os.path.expanduser(text)))
-        name_max, path_max = _fs_limits(path)
+        name_max, path_max = fs_limits(path)
         longest = max((len(part.encode("utf-8")) for part in path.parts), default=0)
         if longest > name_max:
             problems.append(f"{key} has a name of {longest} bytes; this filesystem allows at most {name_max}: "
