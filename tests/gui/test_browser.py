@@ -3,6 +3,8 @@ app, runs the demo from its button, and waits for the Output tab to list the exp
 Screenshots of every tab land in tests/artifacts/ (git-ignored) for CI to keep."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import contextlib
 import io
 import os
@@ -42,14 +44,23 @@ def browser():
         b.close()
 
 
-def test_the_demo_runs_from_its_button_and_the_output_tab_lists_the_gguf(ctx, browser, monkeypatch, tmp_path):
-    from playwright.sync_api import expect
+@contextmanager
+def app_page(ctx, browser, tab: str = "Setup"):
+    """The app served on a free loopback port and a page on it, its `tab` shown; the app closes after."""
     ARTIFACTS.mkdir(exist_ok=True)
     app, url = serve(ctx, port=free_port(), open_browser=False, block=False)
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url)
-        page.get_by_role("tab", name="Setup").wait_for()
+        page.get_by_role("tab", name=tab).wait_for()
+        yield page
+    finally:
+        app.close()
+
+
+def test_the_demo_runs_from_its_button_and_the_output_tab_lists_the_gguf(ctx, browser, monkeypatch, tmp_path):
+    from playwright.sync_api import expect
+    with app_page(ctx, browser) as page:
         page.locator("#demo-btn").click()
         expect(page.locator("#banner")).to_contain_text("Demo started", timeout=120_000)
         page.screenshot(path=str(ARTIFACTS / "setup.png"), full_page=True)
@@ -113,8 +124,6 @@ def test_the_demo_runs_from_its_button_and_the_output_tab_lists_the_gguf(ctx, br
         expect(page.locator("#train-status")).to_contain_text("stopped", timeout=120_000)
         assert project.read_state()["status"] == "stopped"
         assert project.read_state()["stages"]["eval"]["status"] == "stopped"
-    finally:
-        app.close()
 
 
 EVAL_HOLD = Path(__file__).resolve().parent / "eval_hold"

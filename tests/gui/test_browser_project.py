@@ -6,22 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer_core.project import Project, last_project
-from ui.app import serve
 
-from .conftest import free_port
-from .test_browser import ARTIFACTS, browser  # noqa: F401 — the browser fixture
+from .test_browser import ARTIFACTS, app_page, browser  # noqa: F401 — the browser fixture
 
 PACK = "t5xxl_pixart"
 
 
 def test_a_reload_after_a_cli_command_keeps_the_apps_own_project(ctx, browser, run_cli):  # noqa: F811
     from playwright.sync_api import expect
-    ARTIFACTS.mkdir(exist_ok=True)
-    app, url = serve(ctx, port=free_port(), open_browser=False, block=False)
-    try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(url)
-        page.get_by_role("tab", name="Setup").wait_for()
+    with app_page(ctx, browser) as page:
 
         # nothing open: the form is hidden behind its note, Calibrate and Save are off
         expect(page.locator("#no-project-note")).to_contain_text("No project open", timeout=60_000)
@@ -63,8 +56,6 @@ def test_a_reload_after_a_cli_command_keeps_the_apps_own_project(ctx, browser, r
         expect(page.locator("#banner")).to_contain_text("no checkpoint to export yet", timeout=60_000)
         page.get_by_role("tab", name="Setup").click()
         page.screenshot(path=str(ARTIFACTS / "setup-after-reload.png"), full_page=True)
-    finally:
-        app.close()
     assert Path(ctx.project) == mine
 
 
@@ -81,11 +72,7 @@ def test_the_demo_button_on_a_complete_demo_offers_to_start_it_afresh(ctx, brows
     (demo / "marker").write_text("the old run")
     started = []
     monkeypatch.setattr(ctx.supervisor, "start_run", lambda root: started.append(root) or 4242)
-    app, url = serve(ctx, port=free_port(), open_browser=False, block=False)
-    try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(url)
-        page.get_by_role("tab", name="Setup").wait_for()
+    with app_page(ctx, browser) as page:
         afresh = page.locator("#demo-afresh")
         expect(afresh).to_be_hidden()
         page.locator("#demo-btn").click()
@@ -100,5 +87,3 @@ def test_the_demo_button_on_a_complete_demo_offers_to_start_it_afresh(ctx, brows
         expect(page.locator("#banner")).to_contain_text("Rebuilt the demo", timeout=120_000)
         expect(afresh).to_be_hidden()
         assert started == [demo] and not (demo / "marker").exists() and (demo / "project.json").is_file()
-    finally:
-        app.close()
