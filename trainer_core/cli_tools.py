@@ -156,7 +156,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
         seed_ids = seed_ids if seed_ids is not None else derived.get("--seed-ids")
         if vis is not None and vis_pos is None:
             vis_pos = derived.get("--vis-pos")
-    rows = run_adapter(adapter, hidden, t5_ids, vis, seed_ids=seed_ids, vis_pos=vis_pos, bank=args.bank)
+    rows = run_adapter(adapter, hidden, t5_ids, vis, seed_ids=seed_ids, vis_pos=vis_pos, bank=args.bank,
+                       empty_prompt=args.prompt == "")
     result: dict[str, Any] = {"adapter": str(adapter.path), "variant": c.kind, "input_rows": int(hidden.shape[0]),
                               "output_shape": list(rows.shape)}
     if c.spec.head_label(args.bank) is not None:

@@ -102,16 +102,18 @@ def takers(option: str) -> str:
 
 def run_adapter(adapter: AdapterFile, hidden: np.ndarray, t5_ids: list[int] | None = None,
                 vis: np.ndarray | None = None, *, seed_ids: list[int] | None = None,
-                vis_pos: list[tuple[int, int]] | None = None, bank: bool = False) -> np.ndarray:
+                vis_pos: list[tuple[int, int]] | None = None, bank: bool = False,
+                empty_prompt: bool = False) -> np.ndarray:
     """The adapter on one sequence of student states, batch 1 and no mask, as the engine runs it (its
-    kind's `infer`), after refusing the inputs its kind does not take."""
+    kind's `infer`), after refusing the inputs its kind does not take; `empty_prompt`: the states are the
+    empty prompt's (the engine's FLUX.3 bank then takes none of them)."""
     c = adapter.config
     given = {"--t5-ids": t5_ids, "--vis": vis, "--seed-ids": seed_ids, "--vis-pos": vis_pos, "--bank": bank or None}
     given = {option: value for option, value in given.items() if value is not None}
     for option in given:
         if option not in c.spec.infer_options:
             raise UsageError(f"{option} is only for {takers(option)}; this one is a {c.kind}.")
-    return c.spec.infer(c, adapter.model, hidden, given)
+    return c.spec.infer(c, adapter.model, hidden, {**given, "empty_prompt": empty_prompt})
 
 
 @dataclass

@@ -133,7 +133,7 @@ def _byte_alphabet() -> tuple[str, ...]:
 class EngineBPE:
     """The engine's Qwen2 tokenizer over a student tokenizer folder's vocabulary and merges."""
 
-    def __init__(self, tokenizer_json: dict):
+    def __init__(self, tokenizer_json: dict, engine_extras: bool = True):
         from tokenizers.models import BPE
 
         model = tokenizer_json.get("model") or {}
@@ -143,7 +143,7 @@ class EngineBPE:
         merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
         self._bpe = BPE(self.vocab, merges, ignore_merges=False)
         added = {t["content"]: t["id"] for t in tokenizer_json.get("added_tokens") or []}
-        for k, token in enumerate(ENGINE_EXTRA_TOKENS):
+        for k, token in enumerate(ENGINE_EXTRA_TOKENS if engine_extras else ()):   # Qwen2Tokenizer's own extras
             added.setdefault(token, _FIRST_EXTRA_ID + k)
         self.specials: list[tuple[str, int]] = sorted(added.items(), key=lambda kv: kv[1])
         self._alphabet = _byte_alphabet()

@@ -50,7 +50,7 @@ def build_demo(root: str | Path, pack_id: str = DEMO_PACKS[0],
     atomic_write_text(materials / "demo_prompts.txt", "".join(p + "\n" for p in prompts))
 
     step(1, 5, "the student's tokenizer and config")
-    config = tiny_qwen3_config(hidden_size=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128)
+    config = tiny_qwen3_config(hidden_size=64, layers=2, heads=2, kv_heads=1, head_dim=128, intermediate=128)
     tokenizer_dir = materials / "pig-clip-tokenizer"
     write_qwen_tokenizer(tokenizer_dir)
     write_student_config(tokenizer_dir, config)

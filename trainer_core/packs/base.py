@@ -164,6 +164,8 @@ class TrainerPack:
     ggk_args: str = ""            # the engine flags that use the adapter ({student}, {gguf} are replaced)
     ggk_edit_args: str = ""       # what editing adds to that command line (Qwen-Image 2.1: the mmproj)
     ggk_model_args: str = "--diffusion-model MODEL.gguf --vae VAE.gguf"   # the DiT and VAE files it names
+    engine_versions: tuple[str, ...] = ()  # the ggk model versions whose conditioner runs the adapter (the names
+                                           # bench/engine_check.py's driver takes; the first is the main one)
     teacher_control: str = "teacher_mode"   # the precompute setting that places the teacher ("placement")
     reference_dims: Mapping[str, int] = field(default_factory=dict)  # the real teacher's shapes, for estimates
     settings: tuple[PackSetting, ...] = ()  # settings only this pack has (config.pack_setting): their parser,
@@ -311,6 +313,16 @@ class TrainerPack:
         derives from the prompt (infer option → value, e.g. "--seed-ids"); `vis` the vision rows given, or
         None. None by default."""
         return {}
+
+    def engine_ids(self, student: Any, text: str) -> list[int]:
+        """The ids the engine's conditioner runs the student over for a text-to-image prompt (SD_DUMP_COND's
+        tokens.txt): the template's pieces by default."""
+        return student.ids(self.student_chunks(text))
+
+    def engine_bank(self, version: str) -> bool:
+        """Whether the engine's conditioner for the model version `version` (one of engine_versions) hands the DiT
+        the adapter's bank head (`gguf-trainer infer --bank`); False by default."""
+        return False
 
     def export_extras(self, project: "ProjectFolder", report: Any) -> None:
         """Files the export stage writes beside the adapter; none by default."""

@@ -331,7 +331,8 @@ class Qwen35BridgeKind(AdapterKind):
         """The slot rows [P, out_dim] MOSS-Image receives (the bank runs without the student's rows), or with
         --bank the Klein bank rows the engine hands FLUX.3: all n_bank of an unaligned bank, the first
         min(n_bank, ceil80(3 + L + 5)) of a prompt-aligned one (L = the student's rows, the raw prompt's
-        tokens), bank_hidden row 3 + i = student row i."""
+        tokens, at most n_bank − 8; 0 for the empty prompt, `empty_prompt` in `given`), bank_hidden row 3 + i =
+        student row i."""
         import torch
 
         from trainer_core.contract.bridge import BANK_PREFIX, BANK_SUFFIX, bank_length
@@ -339,16 +340,17 @@ class Qwen35BridgeKind(AdapterKind):
         kwargs = self.inputs(c, hidden, given)
         if bank and not c.n_bank:
             raise UsageError("--bank reads the FLUX.3 Klein bank, and this adapter has none (FLUX.3 refuses it).")
+        # the engine's body: the student's rows up to the bank's room, none for the empty prompt
+        body = 0 if given.get("empty_prompt") else min(hidden.shape[0], max(0, c.n_bank - BANK_PREFIX - BANK_SUFFIX))
         if bank and c.bank_align:
             bank_hidden = np.zeros((c.n_bank, hidden.shape[1]), np.float32)
-            body = hidden[:max(0, c.n_bank - BANK_PREFIX)]
-            bank_hidden[BANK_PREFIX:BANK_PREFIX + body.shape[0]] = body
+            bank_hidden[BANK_PREFIX:BANK_PREFIX + body] = hidden[:body]
             kwargs["bank_hidden"] = torch.from_numpy(bank_hidden)[None]
         with torch.no_grad():
             bank_rows, slot_rows = model(torch.from_numpy(hidden).unsqueeze(0), None, **kwargs)
         if not bank:
             return slot_rows[0].numpy()
-        keep = bank_length(BANK_PREFIX + hidden.shape[0] + BANK_SUFFIX, c.n_bank) if c.bank_align else c.n_bank
+        keep = bank_length(BANK_PREFIX + body + BANK_SUFFIX, c.n_bank) if c.bank_align else c.n_bank
         return bank_rows[0, :keep].numpy()
 
 

@@ -190,6 +190,7 @@ PACK = LLaDAPack(
                "(engine-contract.md §1, §5.8)"),
     teacher_control="placement",
     reference_dims={"out_dim": OUT_DIM, "num_queries": NUM_QUERIES},
+    engine_versions=("llada_image",),
     ggk_model_args="--diffusion-model LLaDA-image-turbo-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --llm_vision {sigvq}",
     settings=(pack_setting("export.export_sigvq", True, boolean,

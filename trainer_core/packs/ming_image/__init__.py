@@ -245,6 +245,10 @@ class MingPack(VisionPack):
         path = self.vision_path(project)
         return [path] if path.is_file() else []
 
+    def engine_ids(self, student: Any, text: str) -> list[int]:
+        """The raw prompt's ids (the empty prompt: the pad token), the rows student_states runs."""
+        return list(student.tokenize(text))
+
     def student_states(self, student: Any, text: str) -> Any:
         ids, mask = student.batch([student.tokenize(text)])
         return student.hidden(ids, mask)[0].cpu().numpy()
@@ -333,6 +337,7 @@ PACK = MingPack(
         good="cos_centered is the mean of the caption bank's (cos_centered_cap) and the direct slots' "
              "(cos_centered_dir) centred cosines; compare runs by it and by rel_mse",
         source="none: \"No reference run exists\" (packs-contract-more.md D.1 §9)"),
+    engine_versions=("ming_image",),
     ggk_model_args="--diffusion-model ming-image-0.1-design-nvfp4.gguf --vae pig_ming_image_vae_bf16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --steps 12 --diffusion-fa --offload-to-cpu",
     ggk_edit_args="",             # ggk_command already names the edit and layers lines

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer_core.base.config import pack_setting
@@ -206,6 +207,21 @@ class BridgePack(VisionPack):
         tokens, merges = tokenizer_arrays(path, self.teacher_dims(project)["seed_vocab"])
         return {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": merges}
 
+    def prompt_inputs(self, adapter: Path, text: str, vis: Any) -> dict[str, Any]:
+        """The Qwen3.5 ids of the MOSS template around the prompt (the vocabulary the adapter carries), and the
+        input image's run of slots when vision rows are given."""
+        from trainer_core.packs.qwen35_bridge.template import seed_ids_from_file
+        ids, runs = seed_ids_from_file(adapter, text, () if vis is None else (vis.shape[0],))
+        return {"--seed-ids": ids, **({"--vis-pos": runs} if vis is not None else {})}
+
+    def engine_bank(self, version: str) -> bool:
+        """FLUX.3 Klein's conditioner reads the bank head (Qwen35BridgeEmbedder's want_bank); MOSS-Image the slots."""
+        return version == "flux3"
+
+    def engine_ids(self, student: Any, text: str) -> list[int]:
+        """The raw prompt's ids (the empty prompt: the pad token), the rows student_states runs."""
+        return list(student.tokenize(text))
+
     def student_states(self, student: Any, text: str) -> Any:
         ids, mask = student.batch([student.tokenize(text)])
         return student.hidden(ids, mask)[0].cpu().numpy()
@@ -289,6 +305,7 @@ PACK = BridgePack(
         good="judge the MOSS slots by cos_centered_moss and the FLUX.3 Klein bank by cos_centered_klein",
         source="none: packs-contract-more.md D.2 §9 gives only a failure signature (a caption-target run's centred "
                "bank cos 0.59, but 0.47 against other samples' targets: the bank ignored the prompt)"),
+    engine_versions=("moss_image", "flux3"),
     ggk_model_args="--diffusion-model moss-image-sft-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
     ggk_args=("--llm {student} --llm-adapter {gguf} --llm_vision mmproj-qwen3.5-9b-f16.gguf --ref-image sheep.png "
               "--sampling-method euler --diffusion-fa"),

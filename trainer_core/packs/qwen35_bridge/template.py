@@ -85,6 +85,21 @@ def build_prompt_ids(encode: Callable[[str], list[int]], text: str, image_tokens
     return ids, runs
 
 
+def seed_ids_from_file(path: str | os.PathLike, text: str, image_tokens: Sequence[int] = ()
+                       ) -> tuple[list[int], list[tuple[int, int]]]:
+    """build_prompt_ids with the Qwen3.5 vocabulary the adapter file carries, tokenized as the engine's
+    Qwen35Tokenizer does (its BPE over those arrays, its 33 added tokens; EngineBPE is the same BPETokenizer)."""
+    from trainer_core.contract.engine_bpe import EngineBPE
+    from trainer_core.contract.gguf_read import read_gguf_string_array
+    tokens = read_gguf_string_array(path, "tokenizer.ggml.tokens")
+    merges = read_gguf_string_array(path, "tokenizer.ggml.merges")
+    ids = {t: i for i, t in enumerate(tokens)}
+    bpe = EngineBPE({"model": {"type": "BPE", "vocab": ids, "merges": merges},
+                     "added_tokens": [{"content": t, "id": ids[t]} for t in SPECIAL_TOKENS if t in ids]},
+                    engine_extras=False)
+    return build_prompt_ids(bpe.encode, text, image_tokens)
+
+
 def check_template(encode: Callable[[str], list[int]], what: str) -> None:
     """Refuse a tokenizer (`encode(text) -> ids`, no special tokens added) whose MOSS prefix and suffix
     are not [<|im_start|>, "user", "\\n"] and [<|im_end|>, "\\n", <|im_start|>, "assistant", "\\n",

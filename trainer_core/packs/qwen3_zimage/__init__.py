@@ -157,6 +157,7 @@ PACK = ZImagePack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos", "cos_slice", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos", "trained_steps",
                   "val_samples"),
+    engine_versions=("z_image",),
     ggk_model_args="--diffusion-model z-image-turbo-nvfp4.gguf --vae ae.safetensors",
     ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 8",
     reference_dims={"out_dim": OUT_DIM, "n_layers": N_LAYERS},

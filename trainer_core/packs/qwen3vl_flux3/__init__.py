@@ -57,6 +57,11 @@ class Flux3Pack(TrainerPack):
         """The engine's ids for a prompt, cut to max_len_student rows (the suffix kept)."""
         return fit_template(student.ids(self.student_chunks(text)), self.max_len_student)
 
+    def engine_ids(self, student: Any, text: str) -> list[int]:
+        """The template's ids, then the pad id up to a multiple of 80 (the rows student_states runs)."""
+        ids = student.ids(self.student_chunks(text))
+        return ids + [PAD_ID] * (max(padded_length(len(ids)), len(ids)) - len(ids))
+
     def student_states(self, student: Any, text: str) -> Any:
         """The rows the engine hands the adapter: the template's rows, then pads up to a multiple of 80."""
         ids = student.ids(self.student_chunks(text))
@@ -213,6 +218,7 @@ PACK = Flux3Pack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos", "cos_tokens", "cos_pads", "cos_dit", "cos_centered", "cos_raw", "cos_full", "rel_mse",
                   "worst_sample_cos", "roundtrip_cos", "trained_steps", "val_samples"),
+    engine_versions=("flux3",),
     ggk_model_args="--diffusion-model flux3-image-klein-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 4 --sampling-method euler --diffusion-fa",
     reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},

@@ -53,6 +53,10 @@ class Krea2Pack(Flux3Pack):
         """The engine's ids for a prompt, its caption cut to Iris' 300 tokens (the marker kept)."""
         return fit_caption(student.ids(self.student_chunks(text)), self.max_len_student)
 
+    def engine_ids(self, student: Any, text: str) -> list[int]:
+        """The template's ids, no pads."""
+        return student.ids(self.student_chunks(text))
+
     def student_states(self, student: Any, text: str) -> Any:
         """The rows the engine hands the adapter: the template's rows, no pads."""
         ids = student.ids(self.student_chunks(text))
@@ -148,6 +152,7 @@ PACK = Krea2Pack(
     materials=FLUX3.materials,
     metric_names=("cos", "cos_centered", "cos_raw", "cos_full", "rel_mse", "worst_sample_cos", "roundtrip_cos",
                   "trained_steps", "val_samples"),
+    engine_versions=("krea2", "iris"),
     ggk_model_args="--diffusion-model krea2-turbo-nvfp4.gguf --vae krea2-vae-f16.gguf",
     ggk_args=FLUX3.ggk_args,
     reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},

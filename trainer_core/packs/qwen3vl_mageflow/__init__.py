@@ -69,6 +69,7 @@ PACK = VisionPack(
         source="product brief (gguf-trainer-brief.txt): the trainer5 reference run's val cos 0.915, vision "
                "positions 0.80, text 0.98 (raw cosine over every real token, what eval.json's cos / cos_vis / "
                "cos_txt measure); no figure is published for cos_slice itself (engine-contract.md §2)"),
+    engine_versions=("mage_flow",),
     ggk_model_args="--diffusion-model mageflow-edit-turbo-nvfp4.gguf --vae pig_mageflow_vae_fp32-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --llm_vision mmproj-qwen3vl-4b-it-f16.gguf",
     demo_settings=IMAGE_DEMO_SETTINGS,

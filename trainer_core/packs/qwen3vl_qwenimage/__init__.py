@@ -69,6 +69,7 @@ PACK = VisionPack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos_slice", "cos_edit", "cos_t2i", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos",
                   "trained_steps", "val_samples"),
+    engine_versions=("qwen_image_2_1",),
     ggk_args="--llm {student} --llm-adapter {gguf}",
     # the demo's images rendered at 128² or 192² (16 or 36 slots) instead of 384²…1024²
     demo_settings=IMAGE_DEMO_SETTINGS + ("corpus.ref_areas=[[16384, 0.5], [36864, 0.5]]",

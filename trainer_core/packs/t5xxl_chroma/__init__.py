@@ -87,6 +87,7 @@ PACK = ChromaPack(
     reference_dims={"out_dim": T5_WIDTH, "num_queries": CHROMA_WINDOW, "seed_vocab": T5_VOCAB},
     materials=PIXART.materials,
     metric_names=("cos", "cos_rms", "rel_mse", "worst_row_cos", "roundtrip_cos", "trained_steps", "val_batches"),
+    engine_versions=("chroma",),
     ggk_model_args="--diffusion-model chroma1-hd-Q8_0.gguf --vae ae.safetensors",
     ggk_args="--llm {student} --llm-adapter {gguf}",
     judge=EvalGuide(

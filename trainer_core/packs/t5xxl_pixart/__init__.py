@@ -56,6 +56,7 @@ PACK = T5EncoderPack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos", "cos_rms", "rel_mse", "worst_row_cos", "cos_eos", "roundtrip_cos",
                   "trained_steps", "val_batches"),
+    engine_versions=("pixart",),
     ggk_model_args="--diffusion-model pixart-nvfp4.gguf --vae pig_pixart_vae_fp16-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf}",
     judge=EvalGuide(

@@ -94,6 +94,11 @@ class VisionPack(TrainerPack):
         from trainer_core.packs.common.qwen3vl import vision_data
         return vision_data
 
+    def student_chunks(self, text: str) -> list[str]:
+        """The engine's text-to-image pieces: the contract's template around the attention-parsed prompt, from the
+        same `sample_chunks` precompute's `build_sample` encodes (so `infer --prompt` reads the template rows)."""
+        return self._data().sample_chunks(text)
+
     def _preprocess(self, sample: dict[str, Any], session: VisionSession) -> list[Any]:
         data = self._data()
         images = []
