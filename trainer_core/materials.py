@@ -3,7 +3,9 @@ downloads from the Hugging Face Hub.
 
 Status: `ready` / `partial` / `downloading` / `missing`, with bytes and file counts. Online it is decided against
 the Hub's file listing (every file the allow-patterns select must be on disk with the listed size); offline, from
-the disk alone (every pattern matches a file and no partial download is left).
+the disk alone (every pattern matches a file and no partial download is left). Before listing, one request without
+retries checks that the Hub answers at all: unreachable, the statuses come from the disk at once, said in one line
+(a listing retries a dead connection for ~23 s, with a warning line per try, per material).
 
 Downloads keep one partial file per Hub file (`<dest>/.partial/<path>`) and continue it with an HTTP Range
 request, then check size and sha256 (LFS) or the git blob id (small files) before moving it into place, so a
@@ -39,6 +41,7 @@ from trainer_core.base.atomic import atomic_write_json
 from trainer_core.base.errors import TrainerError, UsageError
 from trainer_core.base.events import Report, Reporter
 from trainer_core.base.locks import FileLock
+from trainer_core.hub import OFFLINE_MODE, HubFile, endpoint, hub_unreachable, list_files, selected as _selected
 from trainer_core.jobs import JobFiles, JobReport, launch, read_status, run_job as run_detached
 from trainer_core.project import Project, default_projects_root
 
@@ -47,7 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = ["HubFile", "MaterialStatus", "list_files", "material_status", "all_statuses", "discover", "adopt_existing",
            "download", "start_job", "job_running", "job_files", "run_job", "material_lock", "wanted",
-           "DownloadError", "MATERIALS_ENV", "PARTIAL_DIR", "DEMO_MARKER", "DEMO_OFFLINE", "mark_demo", "is_demo"]
+           "DownloadError", "MATERIALS_ENV", "PARTIAL_DIR", "DEMO_MARKER", "DEMO_OFFLINE", "mark_demo", "is_demo",
+           "hub_unreachable"]
 
 MATERIALS_ENV, STALL_ENV = "GGUF_TRAINER_MATERIALS", "GGUF_TRAINER_STALL_S"
 PARTIAL_DIR, CHUNK = ".partial", 1 << 20
@@ -57,14 +61,6 @@ DEMO_OFFLINE = "This is the offline demo: it runs on the tiny local models it wa
 
 class DownloadError(TrainerError):
     """A download the Hub refused, that failed its size or hash check, or that does not fit."""
-
-
-@dataclass(frozen=True)
-class HubFile:
-    path: str          # inside the repo
-    size: int
-    sha256: str | None  # LFS files
-    blob_id: str        # git blob sha1 (small files are checked against it)
 
 
 @dataclass
@@ -82,6 +78,7 @@ class MaterialStatus:
     linked: bool = False
     online: bool = False
     error: str | None = None     # the last failed download's first line
+    hub: str | None = None       # why the Hub was not asked, when it was to be (unreachable, offline mode)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -89,31 +86,8 @@ class MaterialStatus:
 
 # ------------------------------------------------------------ the Hub side
 
-def endpoint() -> str:
-    return os.environ.get("HF_ENDPOINT", "").rstrip("/") or "https://huggingface.co"
-
-
 def token_for(project: Project) -> str | None:
     return token_store.resolve(project.settings.hf_token)
-
-
-def _selected(path: str, patterns: tuple[str, ...]) -> bool:
-    # fnmatch's * also crosses "/", as the Hub's allow-patterns do
-    return not patterns or any(fnmatch.fnmatch(path, p) for p in patterns)
-
-
-def list_files(material: "Material", token: str | None = None, timeout: float = 10.0) -> list[HubFile]:
-    """The repo's files that the material's allow-patterns select (raises when the Hub cannot be
-    reached or refuses)."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.hf_api import RepoFile
-    api = HfApi(endpoint=endpoint(), token=token)
-    entries = api.list_repo_tree(material.repo, recursive=True, repo_type=material.repo_type, token=token)
-    out = []
-    for entry in entries:
-        if isinstance(entry, RepoFile) and _selected(entry.path, material.patterns):
-            out.append(HubFile(entry.path, int(entry.size), entry.lfs.sha256 if entry.lfs else None, entry.blob_id))
-    return sorted(out, key=lambda f: f.path)
 
 
 # ------------------------------------------------------------ status
@@ -232,18 +206,26 @@ def wanted(project: Project, material: "Material") -> bool:
 
 
 def all_statuses(project: Project, online: bool = True) -> list[MaterialStatus]:
-    """Every material's status; online lists each snapshot on the Hub (falls back to the disk
-    when the Hub cannot be reached)."""
-    out = []
-    token, online = token_for(project), online and not is_demo(project)
-    for m in project.pack.project_materials(project):
+    """Every material's status; online lists each snapshot on the Hub once `hub_unreachable` found it answers
+    (else, and after a listing lost the connection, from the disk, said in one line on stderr)."""
+    from huggingface_hub.utils import httpx
+    out, wanted_online = [], online and not is_demo(project)
+    token, materials = token_for(project), project.pack.project_materials(project)
+    problem = hub_unreachable() if wanted_online and any(m.kind == "hf_snapshot" for m in materials) else None
+    for m in materials:
         listing = None
-        if online and m.kind == "hf_snapshot":
+        if wanted_online and not problem and m.kind == "hf_snapshot":
             try:
                 listing = list_files(m, token)
-            except Exception:       # noqa: BLE001 — unreachable, offline mode, refused: decide from disk
+            except httpx.TransportError as e:       # it went away (after its retries): no other listing tries
+                problem = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            except Exception:       # noqa: BLE001 — refused, gated, no such repo: this one from the disk
                 listing = None
         out.append(material_status(project, m, listing))
+        out[-1].hub = problem if wanted_online and m.kind == "hf_snapshot" and listing is None else None
+    if problem and problem != OFFLINE_MODE:
+        print(f"gguf-trainer: the Hugging Face Hub ({endpoint()}) cannot be reached ({problem}); the materials' "
+              f"statuses come from the disk", file=sys.stderr, flush=True)
     return out
 
 

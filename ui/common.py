@@ -2,21 +2,27 @@
 from __future__ import annotations
 
 import html
+import time
 from typing import Any
 
 __all__ = ["banner", "fmt_duration", "fmt_size", "fmt_num", "stage_strip_html", "STATUS_COLORS"]
 
+TRAIN_STAGE = "train"        # its card counts steps: a stopped one shows the checkpoint's
 STATUS_COLORS = {"running": "#2563eb", "done": "#16a34a", "failed": "#dc2626", "interrupted": "#d97706",
                  "stopped": "#6b7280", "idle": "#6b7280", "skipped": "#6b7280", "stale": "#d97706", "-": "#9ca3af"}
 
 
-def banner(message: str | None, kind: str = "error") -> str:
-    """An error (red) or notice (amber) line for a gr.HTML, escaped; "" hides it."""
+def banner(message: str | None, kind: str = "error", wait: str | None = None, pid: int | None = None) -> str:
+    """An error (red) or notice (amber) line for a gr.HTML, escaped; "" hides it. `wait` marks the banner of an
+    action that goes on after its answer ("run": a run started or asked to stop; "snapshot": the export job `pid`):
+    the Train tab's tick replaces it by the outcome once that ends (ui/action_banner.py)."""
     if not message:
         return ""
     color = {"error": "#b91c1c", "notice": "#92400e", "ok": "#166534"}[kind]
     back = {"error": "#fee2e2", "notice": "#fef3c7", "ok": "#dcfce7"}[kind]
-    return (f'<div class="gt-banner gt-{kind}" style="padding:8px 12px;border-radius:6px;'
+    marks = (f' data-wait="{html.escape(wait)}" data-at="{time.time():.0f}"' if wait else "") + \
+        (f' data-pid="{int(pid)}"' if pid else "")
+    return (f'<div class="gt-banner gt-{kind}"{marks} style="padding:8px 12px;border-radius:6px;'
             f'background:{back};color:{color};white-space:pre-line">{html.escape(message)}</div>')
 
 
@@ -49,16 +55,17 @@ def fmt_num(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def _stage_progress(stage: dict[str, Any], live: dict[str, Any] | None) -> str:
-    if stage["status"] == "done":
-        return "done"
+def _stage_progress(stage: dict[str, Any], live: dict[str, Any] | None, status: str) -> str:
+    """The card's progress line under its status (`status`: the one the card shows)."""
+    if status == "done":                     # the card's status line says it: no second "done"
+        return ""
     if live and live.get("ranks"):          # a stage run over several processes: each rank's count
         return " · ".join(f"rank {r} {p.get('count', 0)}/{p.get('total', '?')}"
                           for r, p in sorted(live["ranks"].items()))
     p = live or stage
     if p.get("total"):
         text = f"{p.get('count', 0)}/{p['total']} {p.get('unit', '')}".strip()
-        if p.get("eta_s") is not None:
+        if p.get("eta_s") is not None and status == "running":     # a stopped stage has no time left to run
             text += f" · ETA {fmt_duration(p['eta_s'])}"
         return text
     return str(p.get("detail") or "")
@@ -68,12 +75,15 @@ def stage_strip_html(report: dict[str, Any], progress: dict[str, dict[str, Any]]
     """Six boxes, corpus → eval: title, status, progress and ETA."""
     boxes = []
     running = report.get("status") == "running"
+    checkpoint = ((report.get("checkpoints") or {}).get("last") or {}).get("step")
     for stage in report.get("stages", []):
         status = stage["status"]
         if status == "running" and not running:
             status = "interrupted"
+        if stage["name"] == TRAIN_STAGE and status != "running" and stage.get("total") and checkpoint is not None:
+            stage = {**stage, "count": checkpoint}    # where it stopped: the checkpoint's step, not its last log
         color = STATUS_COLORS.get(status, "#6b7280")
-        detail = _stage_progress(stage, progress.get(stage["name"]) if status == "running" else None)
+        detail = _stage_progress(stage, progress.get(stage["name"]) if status == "running" else None, status)
         boxes.append(
             f'<div class="gt-stage" data-stage="{stage["name"]}" data-status="{status}" '
             f'style="flex:1;min-width:120px;border:2px solid {color};border-radius:8px;padding:6px 8px">'

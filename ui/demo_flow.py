@@ -12,6 +12,7 @@ from trainer_core.project import Project, folder_is_project
 from trainer_core.runner import runtime_status
 from trainer_core.stages import STAGE_NAMES, stage_wanted
 
+from ui.action_banner import RUN
 from ui.context import Ctx
 from ui.paths import PathRefused, os_error_sentence
 from ui.project_view import AFRESH_LABEL, ProjectView, _opened, current_view
@@ -30,7 +31,7 @@ def run_demo(ctx: Ctx, pack_id: str = DEMO_PACKS[0], current: str | None = None)
     kept); complete, nothing starts and the "afresh" confirm (`restart_demo`) is offered. Refused,
     the project open now (`current`) stays open."""
     from trainer_core.demo.build import build_demo
-    offer, kind = False, "ok"
+    offer, kind, wait = False, "ok", RUN           # a started run: its banner gives way to its outcome
     try:
         pack = get_pack(pack_id)
         root = ctx.demo_root / pack.default_folder
@@ -45,7 +46,7 @@ def run_demo(ctx: Ctx, pack_id: str = DEMO_PACKS[0], current: str | None = None)
             pid = ctx.supervisor.start_run(project.root)
             message = f"Demo started (pid {pid}): tiny offline models, every stage, about two minutes on a laptop."
         elif not left:
-            offer, kind = True, "notice"
+            offer, kind, wait = True, "notice", None
             message = (f"The demo is already done: every stage has run, and it is open now ({project.root}; its "
                        f"GGUF is on the Output tab). Nothing was started. To run it again from nothing, press "
                        f"“{AFRESH_LABEL}”.")
@@ -59,7 +60,7 @@ def run_demo(ctx: Ctx, pack_id: str = DEMO_PACKS[0], current: str | None = None)
         return current_view(ctx, current, str(e))
     except OSError as e:                     # the demo folder unreadable or unwritable: one sentence
         return current_view(ctx, current, os_error_sentence(e, "demo folder"))
-    return ProjectView.of(ctx, project, message, kind, offer_afresh=offer)
+    return ProjectView.of(ctx, project, message, kind, offer_afresh=offer, wait=wait)
 
 
 def _demo_outputs(project: Project, demo_root: Path) -> list[Path]:
@@ -106,4 +107,4 @@ def restart_demo(ctx: Ctx, current: str | None) -> tuple:
         return ProjectView.of(ctx, None, f"The old demo was deleted, but rebuilding it failed: {why} "
                                       f"Press Try the demo to build it again.", "error")
     return ProjectView.of(ctx, project, f"Rebuilt the demo from nothing and started it (pid {pid}): every stage "
-                                     f"runs again, about two minutes on a laptop.", "ok")
+                                     f"runs again, about two minutes on a laptop.", "ok", wait=RUN)

@@ -25,7 +25,9 @@ COLUMNS = ["material", "required", "status", "progress", "where", "note"]
 def rows(statuses: list[MaterialStatus]) -> list[list[str]]:
     out = []
     for s in statuses:
-        if s.bytes_total:
+        if s.status == "ready":              # its size is no progress: that it is complete is
+            progress = "✓ complete"
+        elif s.bytes_total:
             progress = f"{fmt_size(s.bytes_done)} / {fmt_size(s.bytes_total)}"
             if s.files_total:
                 progress += f" · {s.files_done}/{s.files_total} files"

@@ -24,6 +24,7 @@ from trainer_core.project import Project
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import job_status
 
+from ui.action_banner import RUN
 from ui.common import banner, fmt_num, fmt_size
 from ui.context import Ctx
 from ui.train_tab import SNAPSHOT_EVAL_DEFAULT, request_snapshot
@@ -156,11 +157,13 @@ def model_file_defaults(project_path: str | None) -> tuple[Any, Any]:
 def output_tick(ctx: Ctx, project_path: str | None, seen_quality: str | None = None, dit: str | None = "",
                 vae: str | None = "") -> tuple:
     """(files, output note, evaluation, snapshots, quality plot (skipped when unchanged), kept steps,
-    kept-step choices, ggk command, the quality plot's key)."""
+    kept-step choices, ggk command, the quality plot's key, the kept steps' Export and Delete: usable only
+    with a kept step to act on)."""
     view = ctx.supervisor.view(project_path)
     if view is None:
         plot = gr.skip() if seen_quality == "" else None
-        return ([], "Nothing exported yet", "no evaluation yet", [], plot, [], gr.update(choices=[]), "", "")
+        return ([], "Nothing exported yet", "no evaluation yet", [], plot, [], gr.update(choices=[]), "", "",
+                *_kept_buttons(False))
     report = view.snapshot()["report"] or {}
     files = [[f["name"], fmt_size(f["size"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(f["mtime"]))]
              for f in report.get("outputs") or []]
@@ -179,7 +182,12 @@ def output_tick(ctx: Ctx, project_path: str | None, seen_quality: str | None = N
     key = "" if frame.empty else json.dumps(frame.to_dict("records"), sort_keys=True, default=str)
     plot = gr.skip() if key == seen_quality else quality_figure(frame)
     return (files, out_note, eval_md, snaps, plot, kept_rows, gr.update(choices=choices),
-            ggk_command_text(report, view.project.pack, dit, vae), key)
+            ggk_command_text(report, view.project.pack, dit, vae), key, *_kept_buttons(bool(kept)))
+
+
+def _kept_buttons(usable: bool) -> tuple[Any, Any]:
+    """The kept steps' Export and Delete: off while the table is empty."""
+    return gr.update(interactive=usable), gr.update(interactive=usable)
 
 
 def command_tick(ctx: Ctx, project_path: str | None, dit: str | None, vae: str | None) -> str:
@@ -201,7 +209,7 @@ def export_again(ctx: Ctx, project_path: str | None) -> str:
         pid = ctx.supervisor.start_run(project.root, only=["export", "eval"], force=True)
     except TrainerError as e:
         return banner(str(e))
-    return banner(f"Export and evaluation started (pid {pid}).", "ok")
+    return banner(f"Export and evaluation started (pid {pid}).", "ok", wait=RUN)
 
 
 def delete_kept_step(ctx: Ctx, project_path: str | None, which: str | None) -> str:
@@ -237,8 +245,8 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     kept = gr.Dataframe(headers=KEPT_COLUMNS, value=[], interactive=False, elem_id="kept-steps")
     with gr.Row():
         kept_pick = gr.Dropdown([], label="Kept step", elem_id="kept-pick")
-        kept_export = gr.Button("Export")
-        kept_delete = gr.Button("Delete", variant="stop")
+        kept_export = gr.Button("Export", interactive=False, elem_id="kept-export")
+        kept_delete = gr.Button("Delete", variant="stop", interactive=False, elem_id="kept-delete")
     gr.Markdown("### Use it in ggk")
     with gr.Row():
         dit = gr.Textbox(label="DiT file (--diffusion-model)", info="blank: the pack's file",
@@ -248,7 +256,8 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     seen_quality = gr.State(None)
     chosen = gr.State(["", ""])        # the two file names, for the tick (States are no API parameters)
 
-    outputs = [files, out_note, eval_md, snaps, quality, kept, kept_pick, command, seen_quality]
+    outputs = [files, out_note, eval_md, snaps, quality, kept, kept_pick, command, seen_quality, kept_export,
+               kept_delete]
     timer.tick(lambda p, s, m: output_tick(ctx, p, s, *(m or ["", ""])), [project_state, seen_quality, chosen],
                outputs, queue=False, show_progress="hidden", api_name="output_tick")
     project_state.change(model_file_defaults, [project_state], [dit, vae], api_name=False)

@@ -35,8 +35,9 @@ def plan_markdown(project: Project, plan: dict[str, Any] | None = None) -> str:
                 f"{fmt_size(plan['peak_vram_bytes']) if plan['peak_vram_bytes'] else '—'} |")
     source = next(iter(plan["stages"].values()))["source"]
     how = "" if plan["calibrated"] else " — press **Calibrate** to measure this machine (a few minutes)"
-    lines = ["**Plan**" + how, "", *rows, "", f"Placement: {plan['placement']}.", f"Source: {source}."]
-    lines += [f"⚠ {w}" for w in plan["warnings"]]
+    # paragraphs apart and the warnings a list (consecutive lines are one Markdown paragraph)
+    lines = ["**Plan**" + how, "", *rows, "", f"Placement: {plan['placement']}.", "", f"Source: {source}."]
+    lines += ["", *(f"- ⚠ {w}" for w in plan["warnings"])] if plan["warnings"] else []
     return "\n".join(lines)
 
 

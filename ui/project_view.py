@@ -59,7 +59,7 @@ class ProjectView:
 
     @staticmethod
     def of(ctx: Ctx, project: Project | None, message: str = "", kind: str = "notice",
-           error: ConfigError | None = None, offer_afresh: bool = False) -> tuple:
+           error: ConfigError | None = None, offer_afresh: bool = False, wait: str | None = None) -> tuple:
         if project is None:
             return (None, banner(message, kind), "No project open", *[gr.update() for _ in FIELDS],
                     *ProjectView.extras(False), gr.update(value=[]), "",
@@ -75,7 +75,8 @@ class ProjectView:
         title = (f"**{project.settings.name}** · {project.pack.title} · `{project.root}` · status **{status}**")
         table = materials_panel.rows(all_statuses(project, online=False))
         panel = disk_estimate(project) + "\n\n" + plan_markdown(project)
-        return (str(project.root), banner(message, kind), title, *fields, *ProjectView.extras(True, offer_afresh),
+        return (str(project.root), banner(message, kind, wait=wait), title, *fields,
+                *ProjectView.extras(True, offer_afresh),
                 gr.update(value=table), panel, gr.update(value=start_label(status), interactive=status != "running"),
                 gr.update(value="", placeholder=token, interactive=True))
 

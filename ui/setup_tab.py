@@ -16,6 +16,7 @@ from trainer_core.readiness import launch_problems
 from trainer_core.runner import runtime_status
 
 from ui import materials_panel
+from ui.action_banner import RUN
 from ui.common import banner, fmt_size
 from ui.context import Ctx
 from ui.demo_flow import restart_demo, run_demo
@@ -191,7 +192,7 @@ def start_run(ctx: Ctx, project_path: str | None, anyway: bool = False) -> tuple
     except TrainerError as e:
         return banner(str(e)), gr.update(visible=False)
     return (banner(f"Pipeline started (pid {pid}){'; ' + summary if summary else ''}; follow it on the Train tab.",
-                   "ok"), gr.update(visible=False))
+                   "ok", wait=RUN), gr.update(visible=False))
 
 
 def _bullets(lines: list[str]) -> str:

@@ -6,6 +6,7 @@ starts no process, and it sends the chart only when the series changed."""
 from __future__ import annotations
 
 import html
+import math
 from typing import Any
 
 import gradio as gr
@@ -18,12 +19,13 @@ from trainer_core.resets import RESETS, planned_deletions, reset
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import start_job
 
+from ui.action_banner import RUN, SNAPSHOT, follow_up, watch
 from ui.common import banner, fmt_duration, fmt_num, stage_strip_html
 from ui.context import Ctx
 
 __all__ = ["build", "train_tick", "apply_steps", "stop_run", "request_snapshot", "preview_reset", "confirm_reset",
-           "cancel_reset", "chart_frame", "metrics_html", "hardware_html", "trainer_planned", "steps_note",
-           "SNAPSHOT_EVAL_DEFAULT"]
+           "cancel_reset", "chart_frame", "chart_x_lim", "metrics_html", "hardware_html", "trainer_planned",
+           "steps_note", "SNAPSHOT_EVAL_DEFAULT"]
 
 # "Also evaluate" of a snapshot export, on the Train and the Output tab alike: off, as the CLI's
 # `snapshot` (without --eval); evaluating while training runs takes the CPU from the trainer's data feed
@@ -31,6 +33,7 @@ SNAPSHOT_EVAL_DEFAULT = False
 
 # typed columns: an untyped empty frame makes "series" numeric, and the chart keeps a numeric
 # colour scale for the real series that follow
+CHART_END_MARGIN = 0.03         # of the axis: the room past its round end step (chart_x_lim; no tick lands there)
 EMPTY_CHART = pd.DataFrame({"step": pd.Series([], dtype="int64"), "value": pd.Series([], dtype="float64"),
                        "series": pd.Series([], dtype="str")})
 
@@ -39,6 +42,32 @@ EMPTY_CHART = pd.DataFrame({"step": pd.Series([], dtype="int64"), "value": pd.Se
 
 def chart_frame(snap: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(snap["chart"]) if snap["chart"] else EMPTY_CHART
+
+
+def chart_x_lim(frame: pd.DataFrame) -> list[float] | None:
+    """The chart's step axis: from 0 to a little past a round step at or after the last one. Vega draws a label
+    that sits on the axis's end flush inside it, against its neighbour ("195200" on a 200-step run); with the end
+    CHART_END_MARGIN past a round step no tick sits on it (an explicit domain is not "niced" to one). Round: a
+    multiple of half the last step's power of ten, so the axis changes a few times per decade of steps, not on
+    every point. None without points."""
+    if frame.empty:
+        return None
+    last = float(frame["step"].max())
+    unit = max(1.0, 10 ** math.floor(math.log10(max(last, 1.0))) / 2)
+    return [0.0, math.ceil(last / unit) * unit * (1 + CHART_END_MARGIN)]
+
+
+def chart_update(snap: dict[str, Any], seen: int, axis: list[float] | None) -> tuple[Any, int, Any]:
+    """(the chart's update, the series version the page has then, the step axis it has then). A changed step
+    axis goes out alone, before the points that need it: Gradio 6.31's plot rebuilds itself when its x_lim
+    changes, and a rebuild that races new points can draw none of them (a blank chart until the next change)."""
+    if snap["chart_version"] == seen:
+        return gr.skip(), seen, axis
+    frame = chart_frame(snap)
+    wanted = chart_x_lim(frame)
+    if wanted != axis:
+        return gr.update(x_lim=wanted), seen, wanted
+    return frame, snap["chart_version"], axis
 
 
 def metrics_html(snap: dict[str, Any]) -> str:
@@ -72,7 +101,10 @@ def metrics_html(snap: dict[str, Any]) -> str:
 
 
 def hardware_html(snap: dict[str, Any]) -> str:
-    m, proc = snap.get("machine") or {}, snap.get("process")
+    # the pipeline's process only while the run goes on (the Supervisor reads it every few seconds: a reading
+    # taken just before a stop would stand beside "stopped")
+    running = (snap.get("report") or {}).get("status") == "running"
+    m, proc = snap.get("machine") or {}, snap.get("process") if running else None
     if not m:
         return ""
     parts = [f"CPU {m.get('cpu_threads')} threads, {fmt_num(m.get('cpu_pct'), 0)}%",
@@ -159,17 +191,24 @@ def steps_note(snap: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------ handlers
 
-def train_tick(ctx: Ctx, project_path: str | None, seen_chart: int) -> tuple:
+def train_tick(ctx: Ctx, project_path: str | None, seen_chart: int, shown: str | None = "",
+               axis: list[float] | None = None) -> tuple:
+    """The tab's view of the project; then the banner: `shown` (the banner on the page) gives way to its action's
+    outcome once that action has ended (ui/action_banner.py), else it is left alone; last the chart's step axis
+    the page has (`axis`, see chart_update)."""
     view = ctx.supervisor.view(project_path)
     if view is None:
         return ("No project open", "", gr.skip(), "", "", "", gr.skip(), seen_chart,
-                gr.update(visible=True), gr.update(visible=False))
+                gr.update(visible=True), gr.update(visible=False), gr.skip(), axis)
     snap = view.snapshot()
-    chart = chart_frame(snap) if snap["chart_version"] != seen_chart else gr.skip()
-    running = (snap.get("report") or {}).get("status") == "running"
-    return (_status_line(snap), stage_strip_html(snap.get("report") or {}, snap["progress"]), chart,
+    chart, seen_chart, axis = chart_update(snap, seen_chart, axis)
+    report = snap.get("report") or {}
+    running = report.get("status") == "running"
+    outcome = follow_up(shown, report)
+    return (_status_line(snap), stage_strip_html(report, snap["progress"]), chart,
             metrics_html(snap), hardware_html(snap), steps_note(snap),
-            gr.skip(), snap["chart_version"], gr.update(visible=not running), gr.update(visible=running))
+            gr.skip(), seen_chart, gr.update(visible=not running), gr.update(visible=running),
+            gr.skip() if outcome is None else outcome, axis)
 
 
 def apply_steps(ctx: Ctx, project_path: str | None, value: Any) -> tuple[str, Any]:
@@ -214,7 +253,7 @@ def stop_run(ctx: Ctx, project_path: str | None) -> str:
     except TrainerError as e:
         return banner(str(e))
     return banner("Stop requested — the pipeline saves its checkpoint / finishes the current shard and exits.",
-                  "notice")
+                  "notice", wait=RUN)
 
 
 def request_snapshot(ctx: Ctx, project_path: str | None, checkpoint: str, evaluate: bool) -> str:
@@ -230,7 +269,8 @@ def request_snapshot(ctx: Ctx, project_path: str | None, checkpoint: str, evalua
     except TrainerError as e:
         return banner(str(e))
     ctx.supervisor.poke(project_path)
-    return banner(f"Snapshot export started (pid {pid}); the GGUF appears on the Output tab.", "ok")
+    return banner(f"Snapshot export started (pid {pid}); the GGUF appears on the Output tab.", "ok",
+                  wait=SNAPSHOT, pid=pid)
 
 
 def preview_reset(project_path: str | None, what: str) -> tuple[str, Any]:
@@ -292,11 +332,12 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
                 reset_cancel = gr.Button("Cancel", elem_id="reset-cancel")
         reset_list = gr.HTML("")
     hardware = gr.HTML("", elem_id="live-hardware")
-    seen_chart = gr.State(-1)
+    seen_chart, axis = gr.State(-1), gr.State(None)      # the series version and the step axis the page has
+    shown = watch(top_banner)        # the banner on the page, for the tick to follow its action
 
-    timer.tick(lambda p, s: train_tick(ctx, p, s), [project_state, seen_chart],
-               [status, strip, chart, metrics, hardware, steps_note, steps_box, seen_chart, start_btn, stop_btn],
-               queue=False, show_progress="hidden", api_name="train_tick")
+    timer.tick(lambda p, s, b, a: train_tick(ctx, p, s, b, a), [project_state, seen_chart, shown, axis],
+               [status, strip, chart, metrics, hardware, steps_note, steps_box, seen_chart, start_btn, stop_btn,
+                top_banner, axis], queue=False, show_progress="hidden", api_name="train_tick")
     start_btn.click(_start(ctx), [project_state], [top_banner, anyway_btn], api_name="start_resume")
     anyway_btn.click(_start(ctx, anyway=True), [project_state], [top_banner, anyway_btn], api_name="start_anyway")
     stop_btn.click(lambda p: stop_run(ctx, p), [project_state], [top_banner], api_name="stop")

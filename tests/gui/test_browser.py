@@ -1,6 +1,7 @@
 """A real browser (Playwright driving Debian's chromium, which `.ci/run` installs) opens the
 app, runs the demo from its button, and waits for the Output tab to list the exported GGUF.
-Screenshots of every tab land in tests/artifacts/ (git-ignored) for CI to keep."""
+Screenshots of every tab land in tests/artifacts/ (git-ignored) for CI to keep, and in the folder
+GUI_SHOTS names when it is set (`GUI_SHOTS=/tmp/shots pytest tests/gui/test_browser*.py`: `shot`)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from ui.app import serve
 from .conftest import free_port
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+SHOTS_ENV = "GUI_SHOTS"           # a folder that gets a copy of every screenshot, for a person to look at
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 
@@ -42,6 +44,37 @@ def browser():
         b = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+def shot(page, name: str) -> Path:
+    """A full-page screenshot `name`.png in tests/artifacts/ and, when GUI_SHOTS names a folder, there too."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get(SHOTS_ENV):
+        folder = Path(os.environ[SHOTS_ENV])
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, folder / path.name)
+    return path
+
+
+# the x axis's labels Vega shows (it hides overlapping ones with opacity 0), as [left, right] in page pixels
+X_LABELS_JS = """el => Array.from(el.querySelectorAll('g[aria-label^="X-axis"] .role-axis-label text'))
+  .filter(t => getComputedStyle(t).opacity !== '0' && t.getAttribute('opacity') !== '0' && t.textContent.trim())
+  .map(t => { const r = t.getBoundingClientRect(); return [r.left, r.right, t.textContent]; })
+  .sort((a, b) => a[0] - b[0])"""
+
+
+LABEL_GAP_PX = 4      # less reads as one number: "195200", the end label Vega drew flush against its neighbour (2 px)
+
+
+def labels_apart(page) -> list:
+    """The chart's x labels; asserts that each ends at least LABEL_GAP_PX before the next begins."""
+    labels = page.locator("#train-chart").evaluate(X_LABELS_JS)
+    assert len(labels) >= 3, labels
+    for (_, right, text), (left, _, following) in zip(labels, labels[1:]):
+        assert right + LABEL_GAP_PX <= left, f"the step labels {text!r} and {following!r} run together: {labels}"
+    return labels
 
 
 @contextmanager
@@ -63,45 +96,49 @@ def test_the_demo_runs_from_its_button_and_the_output_tab_lists_the_gguf(ctx, br
     with app_page(ctx, browser) as page:
         page.locator("#demo-btn").click()
         expect(page.locator("#banner")).to_contain_text("Demo started", timeout=120_000)
-        page.screenshot(path=str(ARTIFACTS / "setup.png"), full_page=True)
+        shot(page, "setup")
 
         page.get_by_role("tab", name="Train").click()
         expect(page.locator("#train-metrics")).to_contain_text("loss", timeout=60_000)
         expect(page.locator('#stage-strip [data-stage="train"]')).to_have_attribute(
             "data-status", "done", timeout=400_000)
-        page.screenshot(path=str(ARTIFACTS / "train-running.png"), full_page=True)
+        shot(page, "train-after-training")
 
         gguf = Project.open(ctx.demo_root / "t5_adapter").gguf_path().name
         page.get_by_role("tab", name="Output").click()
         expect(page.locator("#output-files")).to_contain_text(gguf, timeout=300_000)
         expect(page.locator("#ggk-command textarea")).to_have_value(
             re.compile(r"--llm-adapter .*" + re.escape(gguf)), timeout=60_000)
-        page.screenshot(path=str(ARTIFACTS / "output.png"), full_page=True)
+        shot(page, "output")
 
         # back on Train once the run is over: the chart holds its three series (Vega's SVG line
         # marks) and their legend
         page.get_by_role("tab", name="Train").click()
         expect(page.locator("#train-status")).to_contain_text("done", timeout=120_000)
+        expect(page.locator("#banner")).to_contain_text("The run finished", timeout=60_000)   # not "Demo started"
         expect(page.locator('#train-chart [aria-roledescription="line mark"]')).to_have_count(3, timeout=30_000)
         expect(page.locator("#train-chart").get_by_text("val_cos")).to_be_visible(timeout=30_000)
-        page.screenshot(path=str(ARTIFACTS / "train.png"), full_page=True)
+        labels_apart(page)                          # 200 steps: "195" and "200" once ran together at the end
+        shot(page, "train")
 
         page.get_by_role("tab", name="Logs").click()
         expect(page.locator("#log-text textarea")).to_have_value(re.compile(r"\[train\]"),
                                                                timeout=60_000)
-        page.screenshot(path=str(ARTIFACTS / "logs.png"), full_page=True)
+        shot(page, "logs")
 
         page.get_by_role("tab", name="Hardware").click()
         page.locator("#hw-refresh").click()
         expect(page.locator("#hw-table")).to_contain_text("transformers", timeout=120_000)
-        page.screenshot(path=str(ARTIFACTS / "hardware.png"), full_page=True)
+        shot(page, "hardware")
 
         # one snapshot is a visible point on the quality plot (a line through one point draws nothing)
         page.get_by_role("tab", name="Output").click()
         page.locator("#output-snapshot").click()
         expect(page.locator("#snapshots")).to_contain_text("-step", timeout=300_000)
+        # "Snapshot export started" gives way to the outcome once the job is done
+        expect(page.locator("#banner")).to_contain_text("Snapshot exported: ", timeout=60_000)
         expect(page.locator("#quality-plot img")).to_be_visible(timeout=60_000)
-        page.screenshot(path=str(ARTIFACTS / "output-snapshot.png"), full_page=True)
+        shot(page, "output-snapshot")
 
         # Stop while the evaluation runs: the run ends "stopped", not "failed". The demo's evaluation
         # takes a fraction of a second, so the stage is held inside its work (tests/gui/eval_hold) until
@@ -122,6 +159,8 @@ def test_the_demo_runs_from_its_button_and_the_output_tab_lists_the_gguf(ctx, br
             page.locator("#train-stop").click()
             expect(page.locator("#banner")).to_contain_text("Stop requested", timeout=60_000)
         expect(page.locator("#train-status")).to_contain_text("stopped", timeout=120_000)
+        # the "Stop requested" banner gives way to the outcome once the run has stopped
+        expect(page.locator("#banner")).to_contain_text("The run stopped", timeout=60_000)
         assert project.read_state()["status"] == "stopped"
         assert project.read_state()["stages"]["eval"]["status"] == "stopped"
 
@@ -194,7 +233,7 @@ def test_logs_follow_the_newest_line_and_hardware_is_filled_on_opening(ctx, brow
         append(60, 120)
         expect(box).to_have_value(re.compile(r"line 119\n$"), timeout=30_000)
         page.wait_for_function(f"({AT_BOTTOM})(document.querySelector('#log-text textarea'))", timeout=10_000)
-        page.screenshot(path=str(ARTIFACTS / "logs-follow.png"), full_page=True)
+        shot(page, "logs-follow")
 
         # the user scrolls up: new lines no longer move the view
         box.hover()
@@ -221,7 +260,7 @@ def test_logs_follow_the_newest_line_and_hardware_is_filled_on_opening(ctx, brow
         assert 0.0 < shown <= 100.0
         assert re.search(rf"CPU load\s*{re.escape(str(shown))}%", table.inner_text())
         assert cpu_load() > 0.0                  # the same function, from this thread, agrees the machine is busy
-        page.screenshot(path=str(ARTIFACTS / "hardware-on-open.png"), full_page=True)
+        shot(page, "hardware-on-open")
 
         # lines that arrived while Logs was hidden: opening it again shows the newest one
         append(160, 200)

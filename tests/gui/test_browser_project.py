@@ -7,7 +7,7 @@ from pathlib import Path
 
 from trainer_core.project import Project, last_project
 
-from .test_browser import ARTIFACTS, app_page, browser  # noqa: F401 — the browser fixture
+from .test_browser import app_page, browser, shot  # noqa: F401 — the browser fixture
 
 PACK = "t5xxl_pixart"
 
@@ -21,7 +21,7 @@ def test_a_reload_after_a_cli_command_keeps_the_apps_own_project(ctx, browser, r
         expect(page.locator("#settings-form")).to_be_hidden()
         expect(page.locator("#calibrate-btn")).to_be_disabled()
         expect(page.locator("#save-btn")).to_be_disabled()
-        page.screenshot(path=str(ARTIFACTS / "setup-no-project.png"), full_page=True)
+        shot(page, "setup-no-project")
 
         # the user creates a project in the app
         page.get_by_role("button", name="+ New project").click()
@@ -55,7 +55,7 @@ def test_a_reload_after_a_cli_command_keeps_the_apps_own_project(ctx, browser, r
         page.locator("#output-snapshot").click()
         expect(page.locator("#banner")).to_contain_text("no checkpoint to export yet", timeout=60_000)
         page.get_by_role("tab", name="Setup").click()
-        page.screenshot(path=str(ARTIFACTS / "setup-after-reload.png"), full_page=True)
+        shot(page, "setup-after-reload")
     assert Path(ctx.project) == mine
 
 
@@ -81,7 +81,7 @@ def test_the_demo_button_on_a_complete_demo_offers_to_start_it_afresh(ctx, brows
         expect(afresh).to_be_visible()
         expect(afresh).to_have_text(AFRESH_LABEL)
         assert started == [] and (demo / "marker").is_file()
-        page.screenshot(path=str(ARTIFACTS / "setup-demo-done.png"), full_page=True)
+        shot(page, "setup-demo-done")
 
         afresh.click()
         expect(page.locator("#banner")).to_contain_text("Rebuilt the demo", timeout=120_000)

@@ -92,6 +92,18 @@ def test_materials_and_disk_estimate(ctx):
     assert "Shards on disk" in setup_tab.disk_estimate(project)
 
 
+def test_a_ready_materials_progress_says_it_is_complete_not_its_size(ctx):
+    project = Project.open(_create(ctx)[0])
+    student = project.root / "student.gguf"
+    student.write_bytes(b"GGUF" + bytes(3000))
+    project.update_settings([f"materials.student.path={student}"])
+    from trainer_core.materials import all_statuses
+    by_id = {st.id: st for st in all_statuses(Project.open(project.root), online=False)}
+    assert by_id["student"].status == "ready" and by_id["student"].bytes_done == 3004
+    row = materials_panel.rows([by_id["student"]])[0]
+    assert row[2] == "ready" and row[3] == "✓ complete" and "KB" not in " ".join(row)
+
+
 def test_browse_handler_refuses_etc_and_lists_projects(ctx):
     _create(ctx)
     shown, entries, message = setup_tab.browse(ctx, "/etc", "dir")
@@ -178,13 +190,28 @@ def test_output_lists_exports_evaluation_and_the_command(ctx):
     gguf.write_bytes(b"GGUF" + b"\0" * 100)
     project.eval_json.write_text(json.dumps({"cos": 0.875, "rel_mse": 0.25, "note": "x"}))
     ctx.supervisor.attach(project.root).refresh(force=True)
-    files, note, eval_md, snaps, quality, kept, pick, command, _ = output_tab.output_tick(ctx, out[0])
+    files, note, eval_md, snaps, quality, kept, pick, command, _, export_btn, delete_btn = \
+        output_tab.output_tick(ctx, out[0])
     assert files[0][0] == gguf.name and "104 B" in files[0][1]
     assert "0.8750" in eval_md and "0.2500" in eval_md
     assert "--llm-adapter" in command and str(gguf) in command
     assert snaps == [] and kept == []
+    assert export_btn["interactive"] is False and delete_btn["interactive"] is False     # nothing to act on
     assert "no kept step" in output_tab.delete_kept_step(ctx, out[0], "step5").lower()
     assert "best.pt" in output_tab.export_again(ctx, out[0])
+
+
+def test_the_kept_steps_buttons_are_usable_only_with_a_kept_step(ctx, monkeypatch):
+    root = _create(ctx)[0]
+    assert [u["interactive"] for u in output_tab.output_tick(ctx, None)[-2:]] == [False, False]
+    view = ctx.supervisor.attach(root)
+    idle = view.snapshot()
+    assert [u["interactive"] for u in output_tab.output_tick(ctx, root)[-2:]] == [False, False]
+    kept = {"step": 120, "val_cos": 0.8, "size": 2048, "time": 0, "id": "step120"}
+    monkeypatch.setattr(view, "snapshot", lambda: {**idle, "report": {**idle["report"], "kept_steps": [kept]}})
+    tick = output_tab.output_tick(ctx, root)
+    assert tick[5][0][0] == 120 and tick[6]["choices"] == [("step 120", "step120")]
+    assert [u["interactive"] for u in tick[-2:]] == [True, True]
 
 
 def test_path_settings_outside_the_roots_are_refused_on_their_field(ctx):

@@ -10,7 +10,7 @@ from gradio_client import Client
 from hub_server import LocalHub
 from trainer_core import materials
 from trainer_core.project import Project
-from ui import materials_panel
+from ui import materials_panel, setup_tab
 from ui.app import serve
 
 from .conftest import free_port
@@ -85,3 +85,34 @@ def test_materials_table_and_download_buttons(ctx, hub):
         assert every["interactive"] is False
     finally:
         app.close()
+
+
+@pytest.mark.parametrize("hub_state", ["unreachable", "offline mode"])
+def test_opening_a_real_pack_project_without_the_hub_asks_it_once(ctx, monkeypatch, capfd, hub_state):
+    """Opening a project whose materials come from the Hub, with nothing downloaded and no Hub: one refused
+    request and one line (none in offline mode), then the disk's statuses; not huggingface_hub's five retries
+    with back-off per material (~70 s and 33 lines for LLaDA's three)."""
+    import huggingface_hub.constants as constants
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")       # nothing listens there
+    if hub_state == "unreachable":
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    root = Project.create(ctx.projects_root / "real", "llada_image").root
+    capfd.readouterr()
+    started = time.monotonic()
+    view = setup_tab.open_project(ctx, str(root))
+    table, _, _, every, summary = materials_panel.refresh(view[0], None)     # what the page does on opening
+    elapsed = time.monotonic() - started
+    out, err = capfd.readouterr()
+    lines = [line for line in (out + err).splitlines() if line.strip()]
+    assert elapsed < 15, f"opening took {elapsed:.0f} s"
+    if hub_state == "unreachable":
+        assert len(lines) == 1, lines
+        assert "cannot be reached" in lines[0] and "127.0.0.1" in lines[0] and "from the disk" in lines[0]
+    else:
+        assert lines == []
+    assert {row[2] for row in table["value"]} == {"missing"}
+    assert every["interactive"] is True and "missing:" in summary
+    statuses = materials.all_statuses(Project.open(root), online=True)
+    snapshots = [s for s in statuses if s.kind == "hf_snapshot"]
+    assert snapshots and all(not s.online and s.hub for s in snapshots)

@@ -27,7 +27,12 @@ def test_a_plan_warning_holds_the_start_until_start_anyway(ctx, monkeypatch):
     message, anyway = setup_tab.start_run(ctx, out[0])
     assert "The plan warns:" in message and "• Not enough disk" in message and "Start anyway" in message
     assert anyway["visible"] is True
-    assert "Not enough disk" in plan_panel.plan_markdown(project)
+    # each warning an item of its own list, apart from the placement and the source (not one run-on paragraph)
+    panel = plan_panel.plan_markdown(project)
+    assert "\n\n- ⚠ Not enough disk" in panel
+    items = [line for line in panel.splitlines() if line.startswith("- ⚠ ")]
+    assert len(items) == len(plan_mod.make_plan(project)["warnings"])
+    assert "\n\nSource: " in panel and "\n\nPlacement: " in panel
 
 
 def test_calibration_is_refused_without_a_project(ctx):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ui.train_tab import metrics_html
+from ui.train_tab import hardware_html, metrics_html
 
 
 def cells(html: str) -> dict[str, str]:
@@ -40,3 +40,12 @@ def test_once_the_trainer_logs_its_own_figures_are_shown():
     live = snap("running", point_time=600.0, started=500.0, ck_step=200, point_step=250, point_planned=400, eta=75.0)
     shown = cells(metrics_html(live))
     assert shown["step"] == "250 / 400" and shown["ETA"] != "–" and shown["ETA"] != "0 s"
+
+
+def test_the_pipeline_process_is_shown_only_while_the_run_goes_on():
+    machine = {"cpu_threads": 2, "cpu_pct": 50.0, "ram_used_gib": 2.0, "ram_total_gib": 8.0, "gpus": []}
+    process = {"pid": 4242, "cpu_pct": 65.5, "rss_gib": 0.35, "threads": 4}
+    view = {**snap("running", point_time=100.0, started=90.0), "machine": machine, "process": process}
+    assert "pipeline pid 4242" in hardware_html(view)
+    view["report"] = {**view["report"], "status": "stopped"}        # its last reading, taken before the stop
+    assert "pipeline pid" not in hardware_html(view) and "CPU 2 threads" in hardware_html(view)
