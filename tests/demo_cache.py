@@ -1,23 +1,29 @@
 """Demo projects built and run once per test session, copied per test.
 
-`trained(pack_id)` is a demo project taken through the whole pipeline in this process, through the
-stages' own entry points chained as the driver chains them (corpus → precompute val → precompute
-train, then train → export → eval): the in-process stage chain of every pack. `built(pack_id)` is the
-same demo before its corpus stage. Both live in one folder per session that every xdist worker shares
-(a file lock per pack: the first worker to need one builds it, the others wait and reuse it), and a
-test gets its own copy (`copy_trained`, `copy_built`), so nothing one test does reaches another.
+`trained(pack_id)` is a demo project taken through the whole pipeline by the stages' own entry points, one
+process per chain as the driver starts them (`python -m trainer_core.stages.corpus --then precompute_val
+precompute_train`, then `… stages.train --then export eval`), so what the run took is what a user's run takes:
+`run_figures(pack_id)` has each process's wall time and peak RSS (wait4) and the bytes the run wrote
+(tests/test_plan.py sets the default plan beside them). `built(pack_id)` is the same demo before its corpus
+stage; a trained demo is a copy of it, run. Both live in one folder per session that every xdist worker shares
+(a file lock per pack: the first worker to need one builds it, the others wait and reuse it), and a test gets
+its own copy (`copy_trained`, `copy_built`), so nothing one test does reaches another.
 
 The runs use the demo's settings with `STEPS` training steps; tests/data/demo_hashes.json holds
-bench/demo_hashes.py's fingerprints of the same runs made by `gguf-trainer run` in fresh processes,
-and tests/test_demo_hashes.py checks that this chain writes the same bytes.
+bench/demo_hashes.py's fingerprints of the same runs made by `gguf-trainer run`, and
+tests/test_demo_hashes.py checks that these processes write the same bytes.
 """
 from __future__ import annotations
 
 import fcntl
-import importlib
+import json
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,20 +63,43 @@ def _folder_of(pack_id: str) -> str:
     return get_pack(pack_id).default_folder
 
 
-def run_in_process(project_root: Path) -> None:
-    """Every stage, chained in this process as the driver's stage processes chain them."""
-    from trainer_core.base.events import ListReport
-    from trainer_core.project import Project
-    from trainer_core.stages import spec_of
-    from trainer_core.stages.base import never, run_chain
-    project = Project.open(project_root)
-    for first, then in (("corpus", ["precompute_val", "precompute_train"]), ("train", ["export", "eval"])):
-        spec = spec_of(first)
-        report = ListReport()
-        outcome = run_chain(spec.module, importlib.import_module(spec.module).run, project, report, never,
-                            spec.kwargs, then)
-        errors = report.of_type("error")
-        assert outcome == "done" and not errors, f"{project_root.name}: {first} chain ended {outcome}: {errors}"
+def _tree_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def run_processes(project_root: Path, log: Path) -> list[dict[str, Any]]:
+    """Every stage, one process per chain started as the driver starts it (its command line, the project
+    folder as cwd, events on stdout, appended to `log`); per process its stages, wall seconds and peak RSS."""
+    from trainer_core.base.events import parse_event
+    from trainer_core.base.procs import wait_peak_rss
+    from trainer_core.runner import child_env
+    from trainer_core.stages import STAGES
+    env = child_env()
+    for var in ("GGUF_TRAINER_PARENT_PID", "GGUF_TRAINER_LOCK_FD", "GGUF_TRAINER_RUN_ID"):   # no driver here
+        env.pop(var, None)
+    chains: list[list[Any]] = [[]]
+    for spec in STAGES:
+        chains[-1].append(spec)
+        if not spec.chains:
+            chains.append([])
+    figures = []
+    for first, *then in (c for c in chains if c):
+        argv = [sys.executable, "-m", first.module, "--project", str(project_root), *first.args]
+        argv += ["--then", *(spec.name for spec in then)] if then else []
+        started = time.monotonic()
+        with open(log, "ab") as out, open(log.with_suffix(".stderr"), "wb") as err:     # a pipe could fill
+            proc = subprocess.Popen(argv, cwd=project_root, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    env=env)
+            peak = wait_peak_rss(proc)         # its own: ru_maxrss would carry this worker's 0.6 GB
+        seconds = time.monotonic() - started
+        stderr = log.with_suffix(".stderr").read_text(encoding="utf-8", errors="replace")
+        events = [parse_event(line) for line in log.read_text(encoding="utf-8").splitlines()]
+        errors = [e["payload"] for e in events if e is not None and e["type"] == "error"]
+        assert proc.returncode == 0 and not errors, \
+            f"{project_root.name}: {first.name} chain failed: {errors} {stderr[-3000:]}"
+        figures.append({"stages": [first.name, *(spec.name for spec in then)], "seconds": seconds,
+                        "peak_rss_bytes": peak})
+    return figures
 
 
 def _make(pack_id: str, what: str) -> Path:
@@ -86,11 +115,21 @@ def _make(pack_id: str, what: str) -> Path:
                 shutil.rmtree(top)              # a worker died half way: start again
             mp = _env_of(_ROOT)
             try:
-                from trainer_core.demo.build import build_demo
-                project = build_demo(project_root, pack_id)
-                project.update_settings(list(SETTINGS))
                 if what == "trained":
-                    run_in_process(project_root)
+                    source = built(pack_id)
+                    shutil.copytree(source.parent, top, symlinks=True, ignore=shutil.ignore_patterns(".complete"))
+                    before = _tree_bytes(top)
+                    log = _ROOT / f"{what}-{pack_id}.events.jsonl"
+                    log.unlink(missing_ok=True)
+                    chains = run_processes(project_root, log)
+                    figures = {"processes": chains, "seconds": sum(c["seconds"] for c in chains),
+                               "peak_rss_bytes": max(c["peak_rss_bytes"] for c in chains),
+                               "written_bytes": _tree_bytes(top) - before}
+                    (_ROOT / f"{what}-{pack_id}.run.json").write_text(json.dumps(figures), encoding="utf-8")
+                else:
+                    from trainer_core.demo.build import build_demo
+                    project = build_demo(project_root, pack_id)
+                    project.update_settings(list(SETTINGS))
             finally:
                 mp.undo()
             done.touch()
@@ -103,8 +142,17 @@ def built(pack_id: str) -> Path:
 
 
 def trained(pack_id: str) -> Path:
-    """The cached demo project of `pack_id` after the whole pipeline in process (do not modify it)."""
+    """The cached demo project of `pack_id` after the whole pipeline (do not modify it)."""
     return _make(pack_id, "trained")
+
+
+def run_figures(pack_id: str) -> dict[str, Any]:
+    """What the trained demo's run took: {"processes": [{"stages", "seconds", "peak_rss_bytes"}], "seconds"
+    (their sum: the driver's own start is not in it), "peak_rss_bytes" (the largest process), "written_bytes"
+    (what the run left in the project folder and the output folder beside it)}."""
+    trained(pack_id)
+    assert _ROOT is not None
+    return json.loads((_ROOT / f"trained-{pack_id}.run.json").read_text(encoding="utf-8"))
 
 
 def _copy(source: Path, where: Path) -> Path:

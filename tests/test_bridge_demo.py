@@ -1,4 +1,4 @@
-"""The Qwen3.5 bridge demo, trained once per session by the in-process stage chain (tests/demo_cache.py) as `gguf-trainer demo --pack qwen35_bridge`,
+"""The Qwen3.5 bridge demo, trained once per session by the stage processes (tests/demo_cache.py) as `gguf-trainer demo --pack qwen35_bridge`,
 `gguf-trainer run` (a tiny random Qwen3.5 with a Qwen3.5-format tokenizer, a tiny Qwen3-VL for the
 Klein bank), then the exported GGUF through `inspect` and `infer` (--seed-ids, --vis/--vis-pos,
 --bank, --prompt), checked against an independent numpy reading of the file; and the export refusing
@@ -25,7 +25,7 @@ STEPS = demo_cache.STEPS
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    """The session's trained demo (tests/demo_cache.py: the in-process stage chain), this module's copy."""
+    """The session's trained demo (tests/demo_cache.py: the stage processes), this module's copy."""
     return Project.open(demo_cache.copy_trained("qwen35_bridge", tmp_path_factory.mktemp("bridge")))
 
 

@@ -1,5 +1,5 @@
-"""Behaviour kept across refactors: every demo pack, taken through the whole pipeline by the in-process
-stage chain (tests/demo_cache.py), exports the same GGUF, the same extra files and the same eval.json
+"""Behaviour kept across refactors: every demo pack, taken through the whole pipeline by the stage
+processes as the driver starts them (tests/demo_cache.py), exports the same GGUF, the same extra files and the same eval.json
 (clock and path fields left out) as `gguf-trainer run` did in fresh processes when the figures in
 tests/data/demo_hashes.json were recorded by bench/demo_hashes.py on this kind of machine.
 
@@ -41,7 +41,7 @@ def test_the_recorded_figures_are_of_the_runs_the_tests_share():
 
 
 @pytest.mark.parametrize("pack_id", DEMO_PACKS)
-def test_the_in_process_chain_exports_the_recorded_bytes(pack_id, tmp_path):
+def test_the_stage_chain_exports_the_recorded_bytes(pack_id, tmp_path):
     root = demo_cache.copy_trained(pack_id, tmp_path)
     got = _bench().fingerprint(root)
     assert got["extras"].keys() == RECORDED["packs"][pack_id]["extras"].keys()

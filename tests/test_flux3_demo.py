@@ -1,4 +1,4 @@
-"""The FLUX.3 Klein demo, trained once per session by the in-process stage chain (tests/demo_cache.py) as `gguf-trainer demo --pack qwen3vl_flux3`, then
+"""The FLUX.3 Klein demo, trained once per session by the stage processes (tests/demo_cache.py) as `gguf-trainer demo --pack qwen3vl_flux3`, then
 `gguf-trainer run` (60 steps: the whole pipeline in about a minute on two cores), then the exported
 layerwise GGUF through `inspect` and `infer`, checked against an independent numpy reading of the file."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ TAPS = (1, 2, 3, 4, 5, 6, 7, 8)            # the tiny demo teacher's 9 layers
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    """The session's trained demo (tests/demo_cache.py: the in-process stage chain), this module's copy."""
+    """The session's trained demo (tests/demo_cache.py: the stage processes), this module's copy."""
     return Project.open(demo_cache.copy_trained("qwen3vl_flux3", tmp_path_factory.mktemp("flux3")))
 
 

@@ -1,4 +1,4 @@
-"""The Ming-Image demo, trained once per session by the in-process stage chain (tests/demo_cache.py) as `gguf-trainer demo --pack ming_image`, `gguf-trainer
+"""The Ming-Image demo, trained once per session by the stage processes (tests/demo_cache.py) as `gguf-trainer demo --pack ming_image`, `gguf-trainer
 run` (a tiny random Ling thinker, Qwen2 connector, Qwen2.5-VL tower and a Ling-format tokenizer), then
 the exported adapter through `inspect` and `infer` (--seed-ids, --vis/--vis-pos, --bank, --prompt)
 against an independent numpy reading of the file, the vision GGUF read back, the shards' slots and
@@ -26,7 +26,7 @@ STEPS = demo_cache.STEPS
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    """The session's trained demo (tests/demo_cache.py: the in-process stage chain), this module's copy."""
+    """The session's trained demo (tests/demo_cache.py: the stage processes), this module's copy."""
     return Project.open(demo_cache.copy_trained("ming_image", tmp_path_factory.mktemp("ming")))
 
 

@@ -13,7 +13,7 @@ Two sources, named in every figure:
   and the materials, so a changed setting asks for a new one.
 * **estimate**: without a calibration, the disk from the pack's shapes (shards, checkpoints, the
   GGUF) and rough times and memory from FLOPs and the benches' throughputs (plan_estimate.py),
-  each figure saying it is rough (±4×).
+  each figure saying it is rough (within ×2 of every demo run: tests/test_plan.py).
 
 `plan.json` keeps the calibrated plan a run starts under; `status.planned_vs_actual` sets it beside
 the stage times the driver recorded in state.json.
@@ -34,10 +34,11 @@ from typing import Any, Callable
 from trainer_core.base.atomic import atomic_write_json, read_json
 from trainer_core.base.diskspace import free_bytes, human
 from trainer_core.base.errors import TrainerError
+from trainer_core.base.procs import wait_peak_rss
 from trainer_core.contract.placement import card_budget_gib
 from trainer_core.contract import checkpoints
 from trainer_core.plan_estimate import SOURCE as ESTIMATE
-from trainer_core.plan_estimate import placement, rough_stages, teacher_bytes
+from trainer_core.plan_estimate import placement, rough_stages, teacher_bytes, train_ram
 from trainer_core.project import Project, last_project, remember_last_project, settings_from_dict
 from trainer_core.runner import child_env
 from trainer_core.stages import STAGE_NAMES, STAGES
@@ -134,10 +135,10 @@ def _run_stages(scratch: Project, stages: tuple[str, ...]) -> tuple[dict[str, fl
     proc = subprocess.Popen([sys.executable, "-m", "trainer_core.pipeline", "--project", str(scratch.root),
                              "--only", *stages], env=child_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, cwd=scratch.root)
-    _, status, usage = os.wait4(proc.pid, 0)
+    peak = wait_peak_rss(proc)
     wall = time.monotonic() - started
     state = scratch.read_state()
-    if os.waitstatus_to_exitcode(status) != 0:
+    if proc.returncode != 0:
         error = state.get("error") or "no message"
         stage = state.get("stage") or stages[0]
         raise TrainerError(f"The calibration's {stage} stage failed ({error}; its log is {scratch.pipeline_log}); "
@@ -147,7 +148,7 @@ def _run_stages(scratch: Project, stages: tuple[str, ...]) -> tuple[dict[str, fl
         entry = state["stages"].get(stage, {})
         spans[stage] = max(0.0, float(entry.get("finished") or 0) - float(entry.get("started") or 0))
     spans[stages[0]] += max(0.0, wall - sum(spans.values()))
-    return spans, int(usage.ru_maxrss) * 1024
+    return spans, peak
 
 
 def _folder_bytes(path: Path) -> int:
@@ -327,10 +328,12 @@ def make_plan(project: Project, hw: dict[str, Any] | None = None) -> dict[str, A
     else:
         shards = shard_disk_estimate(project)
         per = shards["per_sample"] or 0
-        params = _adapter_params(project)
-        rough = rough_stages(project, hw, params, (n_train, n_val), where[1])
+        config = _adapter_config(project)
+        params = config.spec.parameter_count(config) if config is not None else 0
+        trained = params - (config.spec.frozen_count(config) if config is not None else 0)
+        rough = rough_stages(project, hw, config, (n_train, n_val), where[1], per)
         disk = {"corpus": 200 * (n_train + n_val), "precompute_val": per * n_val, "precompute_train": per * n_train,
-                "train": 2 * params * 12,                                       # weights + AdamW, last and best
+                "train": 2 * (4 * params + 8 * trained),         # last and best: f32 weights, AdamW's moments
                 "export": params * 2 * (2 if e.copy_to else 1), "eval": 4096}
         for name, figures in rough.items():
             stages[name] = _stage(figures["seconds"], disk[name], figures["peak_ram_bytes"],
@@ -358,11 +361,9 @@ def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> lis
                    f"train.width={project.settings.train.width} set its size) or free space first.")
     elif free is not None and plan["total_disk_bytes"] > free:
         per = shards / max(n_train + n_val, 1)
-        fit = int(max(0, free - other) / per * n_train / max(n_train + n_val, 1)) if per else 0
-        key = "corpus.n_image" if project.pack.corpus_kind == "image" else "corpus.n_train"
         out.append(f"Not enough disk: the run writes ~{human(plan['total_disk_bytes'])} but {human(free)} is free "
-                   f"at {project.root}; the largest corpus that fits is about {fit} train samples "
-                   f"({key}={fit}), or free space first.")
+                   f"at {project.root}; " + _corpus_that_fits(project, free - other, 0.0, per,
+                                                             "fits, or free space first", "free space first") + ".")
     weights = teacher_bytes(project)
     if weights and not project.settings.precompute.mock_teacher:
         mode = getattr(project.settings.precompute, project.pack.teacher_control, "auto")
@@ -387,12 +388,48 @@ def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> lis
                    f"(the schedule follows a changed count at any time).")
     pre = [plan["stages"][f"precompute_{s}"]["seconds"] for s in ("train", "val")]
     if pre[0] and sum(pre) > LONG_TRAIN_S:
-        per = pre[0] / max(n_train, 1)
-        fit = int(max(0.0, LONG_TRAIN_S - (pre[1] or 0)) / per)
-        key = "corpus.n_image" if project.pack.corpus_kind == "image" else "corpus.n_train"
-        out.append(f"Precompute takes ~{sum(pre) / 3600:.0f} h for {n_train} train samples; a corpus of about {fit} "
-                   f"({key}={fit}) would take a day.")
+        out.append(_precompute_hint(project, pre[0], pre[1] or 0.0, n_train, n_val))
     return out
+
+
+def _precompute_hint(project: Project, train_s: float, val_s: float, n_train: int, n_val: int) -> str:
+    """A precompute longer than a day, and the corpus that takes a day (_corpus_that_fits: the val stage's fixed
+    cost, loading the models, kept)."""
+    per = train_s / max(n_train, 1)
+    head = f"Precompute takes ~{(train_s + val_s) / 3600:.0f} h for {n_train} train samples"
+    gpu = f"at {per:.0f} s a sample on this machine, precompute on a GPU (precompute.device=cuda) or free the machine"
+    return f"{head}; " + _corpus_that_fits(project, LONG_TRAIN_S, max(0.0, val_s - n_val * per), per,
+                                           "would take a day", gpu) + "."
+
+
+def _corpus_that_fits(project: Project, room: float, fixed: float, per: float, fits: str, otherwise: str) -> str:
+    """The corpus whose samples, at `per` each (seconds or bytes) over a `fixed` cost, fit `room`: the train split
+    cut, each count of its mix alike, beside the val split as set; when the val split alone fills the room, both
+    cut alike; `otherwise` when not one sample of a split fits. Every count it names is at least 1 and, set, fits."""
+    c = project.settings.corpus
+    n_train, n_val = _samples(project)
+    train_keys, val_keys = (("n_image", "n_two", "n_text"), ("n_val_image", "n_val_text")) \
+        if project.pack.corpus_kind == "image" else (("n_train",), ("n_val",))
+
+    def cut(keys: tuple[str, ...], scale: float) -> dict[str, int]:
+        return {k: max(1, int(getattr(c, k) * scale)) for k in keys if getattr(c, k)}
+
+    def named(counts: dict[str, int]) -> str:
+        return ", ".join(f"corpus.{k}={n}" for k, n in counts.items())
+
+    if per <= 0:
+        return otherwise
+    left = room - fixed - n_val * per
+    if left >= per:
+        train = cut(train_keys, int(left / per) / max(n_train, 1))
+        if fixed + (sum(train.values()) + n_val) * per <= room:
+            return f"a corpus of about {sum(train.values())} train samples ({named(train)}) {fits}"
+    scale = max(0.0, room - fixed) / (per * max(n_train + n_val, 1))
+    train, val = cut(train_keys, scale), cut(val_keys, scale)
+    if train and val and fixed + per * (sum(train.values()) + sum(val.values())) <= room:
+        return (f"the {n_val} val samples alone leave no room; about {sum(train.values())} train and "
+                f"{sum(val.values())} val samples ({named(train)}, {named(val)}) {fits}")
+    return otherwise
 
 
 def _stream_hint(project: Project) -> str:
@@ -405,8 +442,8 @@ def _stream_hint(project: Project) -> str:
 
 def _memory_warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> list[str]:
     """The plan's own peak RAM against this machine's: when a stage would need more than the machine has, say
-    which and the setting value that fits (for the adapter's stages, the deepest train.depth whose adapter the
-    estimate's 1 GiB + 16 bytes a parameter keeps within 90 % of the RAM)."""
+    which and the setting value that fits (for the adapter's stages, the deepest train.depth whose train stage
+    the estimate's rule, plan_estimate.train_ram, keeps within 90 % of the RAM)."""
     total = hw.get("ram_total_bytes")
     peak = plan.get("peak_ram_bytes")
     if not total or not peak or peak <= total:
@@ -419,8 +456,11 @@ def _memory_warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any])
     t, config = project.settings.train, _adapter_config(project)
     if config is None:
         return [head + "; lower train.depth or train.width."]
+    per, samples = shard_disk_estimate(project)["per_sample"] or 0, _samples(project)
+    on_cuda = bool(hw["gpus"]) and t.device != "cpu"
+
     def fits(depth: int) -> bool:
-        return 2**30 + 16 * config.spec.parameter_count(dataclasses.replace(config, depth=depth)) <= 0.9 * total
+        return train_ram(project, dataclasses.replace(config, depth=depth), per, samples, on_cuda) <= 0.9 * total
     low, high = 0, t.depth              # the parameters grow with the depth: the deepest that fits, by bisection
     while high - low > 1:
         mid = (low + high) // 2

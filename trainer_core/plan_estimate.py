@@ -9,32 +9,65 @@ the other cards with room, then CPU RAM (`sequential`), or splits evenly (`balan
 
 Rough times: FLOPs over a machine's matmul rate times the efficiency the benches measured — the
 train stage ran at 20 % of the matmul peak on an H200 and 33 % on the 2-core VM; precompute
-passes are counted at 30 % — plus a fixed start per stage. An MoE teacher is counted at its full
-size, so its precompute is overestimated. Every figure says it is a rough estimate: on the five demo
-packs the rough total came within 0.66–3.3× of the run (bench/RESULTS.md).
+passes are counted at 30 % — plus what a run pays whatever its size: the driver's start, one start per
+stage process (the stages a StageSpec chains share one), the models' libraries and weights loaded once,
+a floor per training step and per precompute sample. The FLOPs come from the sizes the project declares:
+the teacher's parameters counted from its safetensors headers (its embedding table aside) over the rows a
+sample has (the pack's shard_bytes over the row widths; a query kind's queries), the adapter's
+multiplying parameters (AdapterKind.table_count aside) and its attention over those rows. Memory is the
+stage process's own (interpreter, torch, the models' libraries), the weights, what precompute holds of a
+shard and of a reference image, and in training the trained parameters' AdamW state, the shard pages read
+and a batch's rows (train_ram). An MoE teacher is counted at its full size, so its precompute is
+overestimated. Every figure says it is a rough estimate; on every demo pack it lands within ×2 of the run's
+seconds and peak RSS and ±50 % of its bytes (bench/plan_accuracy.py, tests/test_plan.py).
 """
 from __future__ import annotations
 
+import json
 import re
+import struct
+from pathlib import Path
 from typing import Any
 
 from trainer_core.base.diskspace import human
 from trainer_core.contract.placement import card_budget_gib, card_budgets, teacher_mode
 from trainer_core.project import Project
+from trainer_core.stages import STAGES
 
-__all__ = ["placement", "rough_stages", "teacher_bytes", "SOURCE"]
+__all__ = ["placement", "rough_stages", "teacher_bytes", "train_ram", "SOURCE"]
 
-SOURCE = "rough estimate (±4×) from the pack's shapes and bench/RESULTS.md, scaled to this machine; calibrate"
+SOURCE = ("rough estimate (within ×2 on the demo runs, untested at full size) from the pack's shapes and "
+          "bench/RESULTS.md, scaled to this machine; calibrate")
 # bf16 dense matmul rates measured or derated to ~80 % of the datasheet (the bench measured 788 of 989 on H200)
 _GPU_TFLOPS = (("H200", 790), ("H100", 790), ("A100", 250), ("L40S", 290), ("L40", 145), ("4090", 130),
                ("4080", 80), ("3090", 57), ("A6000", 125), ("A10", 100), ("4070", 47), ("3080", 48), ("T4", 52))
-_CPU_GFLOPS_PER_CORE = 40.0          # fp32, what torch reaches on one AVX2 core
+# fp32, what torch reaches on one core: bench/gpu.py's timed 1024³ matmul on the 2-core VM (AMD EPYC, 172 GFLOP/s
+# on its two cores), the peak its 33 % train MFU is a share of
+_CPU_GFLOPS_PER_CORE = 80.0
 _TRAIN_MFU = {"cuda": 0.20, "cpu": 0.33}
 _PASS_MFU = 0.30
-_STAGE_START_S = 8.0                 # a stage process: interpreter, torch and transformers imports
 _LOAD_BYTES_PER_S = 1.0e9            # weights read from disk
 _STUDENT_PARAMS = 0.6e9              # pig_clip
-_TOKENS = 90                         # a prompt with its template, on average
+# What a run pays whatever its size, measured on the 2-core VM (bench/plan_accuracy.py, bench/RESULTS.md): the
+# driver's start; each stage process's (the interpreter, torch and our modules: `import torch` alone takes
+# 1.5–3 s there); what the process that loads the models adds (transformers and the models' code); a training
+# step's floor (the Python and optimizer work of the smallest adapters: 8–30 ms a step of the width-64 demo
+# adapters) and a precompute sample's (tokenizing, batching, writing: 0.4 ms on the PixArt demo). One process
+# runs the stages a StageSpec chains, so it starts once.
+_DRIVER_S, _PROCESS_START_S, _MODEL_LIBS_S = 0.5, 2.5, 2.0
+_STEP_FLOOR_S, _SAMPLE_FLOOR_S = 0.010, 0.001
+# A stage process's own memory (the interpreter, torch and our modules: 0.33–0.36 GiB for the train process of
+# every demo pack on the VM), what the models' libraries add (precompute: 0.47–0.55 GiB with tiny models), and
+# what a process that uses CUDA adds on the host (the context and its libraries; not measured on the VM).
+_PROCESS_RSS, _MODEL_LIBS_RSS, _CUDA_RSS = int(0.35 * 2**30), int(0.15 * 2**30), 2**30
+# An image pack's precompute also holds its image libraries and, per reference it reads, ~300 bytes a pixel (the
+# arrays, the patches and the tower's activations): 0.17–0.44 GiB above a text pack's process on the demos of
+# MageFlow (384²), the Qwen3.5 bridge (~0.25 MP) and Ming (1 MP) on the VM
+_IMAGE_RSS, _PIXEL_BYTES = int(0.12 * 2**30), 300
+_STEP_COPIES = 10                    # float32 copies of a batch's rows a training step holds (input, target,
+                                     # standardized target, prediction, its gradient, the loss's terms)
+_MAPPED_CAP = 2**30                  # what stays resident of the memory-mapped shards the steps read (the kernel
+                                     # drops the rest under pressure)
 
 
 def teacher_bytes(project: Project) -> int | None:
@@ -131,41 +164,130 @@ def _rate(hw: dict[str, Any], device: str) -> tuple[float, str]:
     return hw["cpus"] * _CPU_GFLOPS_PER_CORE * 1e9, "cpu"
 
 
-def rough_stages(project: Project, hw: dict[str, Any], params: int, samples: tuple[int, int],
-                 vram: dict[str, int]) -> dict[str, dict[str, float | None]]:
-    """{stage: {"seconds", "peak_ram_bytes", "peak_vram_bytes"}} before any measurement."""
+def _model_params(root: Path | None) -> int:
+    """Parameters in the safetensors files under `root`, counted from their headers (the tensors' shapes, so
+    whatever dtype they are stored in); 0 when there are none to read."""
+    total = 0
+    for path in sorted(root.rglob("*.safetensors")) if root is not None and root.is_dir() else ():
+        try:
+            with open(path, "rb") as f:
+                header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+        except (OSError, ValueError, struct.error):
+            return 0
+        for name, entry in header.items():
+            if name != "__metadata__":
+                n = 1
+                for d in entry.get("shape", ()):
+                    n *= int(d)
+                total += n
+    return total
+
+
+def _text_shape(folder: Path | None) -> tuple[float, float]:
+    """(hidden size, layers) of the config.json in `folder` (its text_config's for a VLM); (0, 0) unknown."""
+    from trainer_core.base.atomic import read_json
+    config = read_json(folder / "config.json", None) if folder is not None else None
+    if not isinstance(config, dict):
+        return 0.0, 0.0
+    config = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    hidden = config.get("hidden_size") or config.get("d_model") or 0
+    layers = config.get("num_hidden_layers") or config.get("num_layers") or 0
+    return (float(hidden), float(layers)) if isinstance(hidden, int) and isinstance(layers, int) else (0.0, 0.0)
+
+
+def _teacher_flops(project: Project, tokens: float) -> float:
+    """FLOPs of one sample's forward through every model precompute loads besides the student: 2 per weight
+    that multiplies (the embedding tables do not) per token, plus attention over the sample's tokens."""
+    pack, total = project.pack, 0.0
+    for material_id in pack.teacher_material_ids(project):
+        try:
+            root = pack.resolve_material(project, material_id)
+        except KeyError:
+            continue
+        params = _model_params(root) or (teacher_bytes(project) or 0) / 2      # the size hint: bf16
+        hidden, layers = _text_shape(root)
+        total += 2 * max(0.0, params - _embedding(root)) * tokens + 4 * tokens**2 * hidden * layers
+    return total
+
+
+def train_ram(project: Project, config: Any, per_sample: float, samples: tuple[int, int], on_cuda: bool) -> float:
+    """Peak RAM of the train stage: its process, the adapter's weights (f32) with the gradient and AdamW's two
+    moments of what trains, the shard pages its steps read (capped), and a batch's rows held as _STEP_COPIES
+    float32 tensors; on a GPU the weights and the batch live on the card instead."""
+    t = project.settings.train
+    params = config.spec.parameter_count(config) if config is not None else 0
+    frozen = config.spec.frozen_count(config) if config is not None else 0
+    touched = min((min(samples[0], t.steps * t.batch_size) + samples[1]) * per_sample, _MAPPED_CAP)
+    if on_cuda:
+        return _PROCESS_RSS + _CUDA_RSS + 4 * params + touched
+    return _PROCESS_RSS + 16 * (params - frozen) + 4 * frozen + touched + _STEP_COPIES * t.batch_size * per_sample * 2
+
+
+def _adapter_flops(config: Any, rows: float) -> tuple[float, float]:
+    """(training FLOPs, forward FLOPs) of one sample through the adapter: 6 (2) per multiplying parameter per
+    row it computes, plus attention among those rows."""
+    if config is None:
+        return 0.0, 0.0
+    dense = max(0, config.spec.parameter_count(config) - config.spec.table_count(config))
+    attention = 4 * config.depth * rows**2 * config.width
+    return 6 * dense * rows + 3 * attention, 2 * dense * rows + attention
+
+
+def rough_stages(project: Project, hw: dict[str, Any], config: Any, samples: tuple[int, int],
+                 vram: dict[str, int], per_sample: float) -> dict[str, dict[str, float | None]]:
+    """{stage: {"seconds", "peak_ram_bytes", "peak_vram_bytes"}} before any measurement. `config` is the
+    adapter's (None: not known yet), `per_sample` a sample's shard bytes (the pack's shard_bytes)."""
     p, t = project.settings.precompute, project.settings.train
     weights = 0 if p.mock_teacher else (teacher_bytes(project) or 0)
-    teacher_params = weights / 2                                            # bf16 on disk
     pass_rate, kind = _rate(hw, p.device)
     train_rate, train_kind = _rate(hw, t.device)
     n_train, n_val = samples
     student = _student_params(project)
     pack = project.pack
-    teacher_root = pack.resolve_material(project, "teacher") if "teacher" in {m.id for m in pack.materials} else None
-    compute = max(0.0, teacher_params - _embedding(teacher_root)) + max(
-        0.0, student - _embedding(pack.resolve_material(project, "student_tokenizer")))
-    per_sample = 2 * compute * _TOKENS / (pass_rate * _PASS_MFU)
-    load = _STAGE_START_S + (weights + student * 2) / _LOAD_BYTES_PER_S
-    rows = t.batch_size * 2 * _TOKENS
-    step = 6 * params * rows / (train_rate * _TRAIN_MFU[train_kind])
-    val_pass = n_val * 2 * _TOKENS * 2 * params / (train_rate * _TRAIN_MFU[train_kind])
+    # the rows a sample has: the shard's, a student and a teacher row each (a query kind computes its queries)
+    dims = {"out_dim": config.out_dim, "in_dim": config.in_dim} if config is not None else {}
+    rows = per_sample / (2 * (dims["in_dim"] + dims["out_dim"])) if dims and per_sample else 90.0
+    queries = float(getattr(config, "num_queries", 0) or 0)
+    teacher = 0.0 if p.mock_teacher else _teacher_flops(project, queries or rows)
+    student_flops = 2 * max(0.0, student - _embedding(pack.resolve_material(project, "student_tokenizer"))) * rows
+    sample_s = _SAMPLE_FLOOR_S + (teacher + student_flops) / (pass_rate * _PASS_MFU)
+    load = _MODEL_LIBS_S + (weights + student * 2) / _LOAD_BYTES_PER_S
+    rate = train_rate * _TRAIN_MFU[train_kind]
+    step_flops, pass_flops = _adapter_flops(config, queries or rows)
+    step = _STEP_FLOOR_S + t.batch_size * step_flops / rate
+    val_pass = n_val * pass_flops / rate + n_val / max(t.batch_size, 1) * _STEP_FLOOR_S
     vals = t.steps // max(t.val_every, 1) + 1
+    params = config.spec.parameter_count(config) if config is not None else 0
     on_gpu = kind == "cuda"
-    pre_ram = (0 if on_gpu and sum(vram.values()) >= weights else weights) + 4 * student + 2**30
+    cuda_ram = _CUDA_RSS if on_gpu else 0
+    shard_buffer = 3 * p.shard_size * per_sample                # the rows gathered, packed and written
+    pixels = pack.reference_pixels(project)
+    images = _IMAGE_RSS + _PIXEL_BYTES * pixels if pixels else 0
+    pre_ram = ((0 if on_gpu and sum(vram.values()) >= weights else weights) + 4 * student + _PROCESS_RSS
+               + _MODEL_LIBS_RSS + cuda_ram + shard_buffer + images)
     pre_vram = (sum(vram.values()) + 2 * student + 2 * 2**30) if on_gpu else None
     train_vram = 16 * params + 2 * 2**30 if train_kind == "cuda" else None
-    small = 2**30 + 8 * params
+    small = _PROCESS_RSS + 8 * params + (_CUDA_RSS if train_kind == "cuda" else 0)
+    work = {"corpus": 0.002 * (n_train + n_val), "precompute_val": load + n_val * sample_s,
+            "precompute_train": n_train * sample_s, "train": t.steps * step + vals * val_pass,
+            "export": params * 2 / 2e8, "eval": 2 * val_pass}
+    seconds = {}
+    for i, spec in enumerate(STAGES):            # a stage that starts a process pays its start (module text)
+        starts = i == 0 or not STAGES[i - 1].chains
+        extra = (_DRIVER_S if i == 0 else 0.0) + (_PROCESS_START_S if starts else 0.0)
+        if spec.name == "precompute_train" and starts:
+            extra += load                         # apart from the val split, it loads the models itself
+        seconds[spec.name] = extra + work[spec.name]
     return {
-        "corpus": {"seconds": _STAGE_START_S + 0.002 * (n_train + n_val), "peak_ram_bytes": 2**30,
-                   "peak_vram_bytes": None},
-        "precompute_val": {"seconds": load + n_val * per_sample, "peak_ram_bytes": pre_ram,
+        "corpus": {"seconds": seconds["corpus"], "peak_ram_bytes": _PROCESS_RSS, "peak_vram_bytes": None},
+        "precompute_val": {"seconds": seconds["precompute_val"], "peak_ram_bytes": pre_ram,
                            "peak_vram_bytes": pre_vram},
-        "precompute_train": {"seconds": load + n_train * per_sample, "peak_ram_bytes": pre_ram,
+        "precompute_train": {"seconds": seconds["precompute_train"], "peak_ram_bytes": pre_ram,
                              "peak_vram_bytes": pre_vram},
-        "train": {"seconds": _STAGE_START_S + t.steps * step + vals * val_pass,
-                  "peak_ram_bytes": 2**30 + 16 * params, "peak_vram_bytes": train_vram},
-        "export": {"seconds": _STAGE_START_S + params * 2 / 2e8, "peak_ram_bytes": small, "peak_vram_bytes": None},
-        "eval": {"seconds": _STAGE_START_S + val_pass, "peak_ram_bytes": small,
+        "train": {"seconds": seconds["train"],
+                  "peak_ram_bytes": train_ram(project, config, per_sample, samples, train_kind == "cuda"),
+                  "peak_vram_bytes": train_vram},
+        "export": {"seconds": seconds["export"], "peak_ram_bytes": small, "peak_vram_bytes": None},
+        "eval": {"seconds": seconds["eval"], "peak_ram_bytes": small + min(n_val * per_sample, _MAPPED_CAP),
                  "peak_vram_bytes": 4 * params + 2**30 if train_kind == "cuda" else None},
     }

@@ -107,7 +107,7 @@ def test_shards_of_the_unfixed_teacher_are_discarded_and_checkpoints_archived(de
 
 
 def test_the_demo_exports_a_folded_seedless_resampler_with_eval_metrics(tmp_path):
-    """On the session's trained LLaDA demo (tests/demo_cache.py: the whole pipeline in process)."""
+    """On the session's trained LLaDA demo (tests/demo_cache.py: the whole pipeline, its stage processes)."""
     root = demo_cache.copy_trained("llada_image", tmp_path)
     gguf = root.parent / "pig_llada_adapter-f16.gguf"
     info = describe_gguf(gguf)

@@ -20,6 +20,7 @@ import demo_cache
 from conftest import REPO
 from trainer_core.contract.prompt_attention import parse_prompt_attention
 from trainer_core.packs.base import Budgets
+from trainer_core.project import Project
 
 PACK_ID = "t5xxl_chroma"
 WINDOW, EOS, PAD = 512, 1, 0
@@ -274,11 +275,22 @@ def test_pack_dims_mock_and_plan_hooks(demo, teacher):
     assert tensors["t_pack"].shape == (49, teacher.out_dim) and tensors["seed_ids"].shape == (3, WINDOW)
     weights = (Path(pack.resolve_material(demo, "teacher")) / "model.safetensors").stat().st_size / 2**30
     assert pack.teacher_need_gib(demo) == pytest.approx(weights + 2.5)
-    # 60 student rows and 41 teacher rows of bf16, 512 int32 seed ids
-    assert pack.shard_bytes(demo, {"out_dim": 4096, "num_queries": WINDOW}, 1024) == 60 * 1024 * 2 + 41 * 4096 * 2 + 2048
     command = pack.ggk_command(demo)
     assert "--diffusion-model chroma1-hd-Q8_0.gguf --vae ae.safetensors" in command
     assert f"--llm-adapter {demo.gguf_path()}" in command and "pig_clip-demo-f16.gguf" in command
+
+
+def test_a_shards_estimate_follows_the_prompt_files_length(tmp_path):
+    """Per sample: a student row a token and the real T5 slots + EOS + the first pad (bf16), the window's seed
+    ids (int32); the tokens at 4 characters each of the prompts the corpus reads, 50 when none can be read."""
+    project = Project.create(tmp_path / "c", "t5xxl_chroma")
+    dims = {"out_dim": 4096, "num_queries": WINDOW}
+    assert project.pack.shard_bytes(project, dims, 1024) == 50 * 1024 * 2 + 52 * 4096 * 2 + WINDOW * 4
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("x" * 40 + "\n" + "y" * 80 + "\n", encoding="utf-8")       # 60 characters: 15 tokens
+    project.update_settings(["corpus.mode=files", f"corpus.train_file={prompts}", f"corpus.val_file={prompts}"])
+    project = Project.open(project.root)
+    assert project.pack.shard_bytes(project, dims, 1024) == 15 * 1024 * 2 + 17 * 4096 * 2 + WINDOW * 4
 
 
 def test_chroma_is_named_only_inside_the_pack_folder():

@@ -105,7 +105,11 @@ def test_the_zimage_demo_trains_exports_and_reads_back(demo, tmp_path):
     for name in PACK.metric_names:
         assert name in ev, name
     assert ev["roundtrip_cos"] >= 0.999 and ev["trained_steps"] == demo_cache.STEPS
-    assert ev["cos"] > 0.3 and "cos_vis" not in ev
+    assert "cos_vis" not in ev
+    # it learned: the first logged steps score about 0 (random weights); the trained adapter well above, and
+    # its error an order of magnitude under theirs
+    first = json.loads((demo.checkpoints_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert ev["cos"] > first["cos"] + 0.2 and ev["rel_mse"] < first["rel_mse"] / 10, (first, ev)
 
     gguf_path = demo.gguf_path()
     r = cli("inspect", str(gguf_path))

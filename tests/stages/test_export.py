@@ -26,7 +26,7 @@ STEPS = demo_cache.STEPS
 
 @pytest.fixture(scope="module")
 def trained():
-    """The session's trained t5 demo (tests/demo_cache.py: the whole pipeline once, in process); read only."""
+    """The session's trained t5 demo (tests/demo_cache.py: the whole pipeline once); read only."""
     return demo_cache.trained("t5xxl_pixart")
 
 

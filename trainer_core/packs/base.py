@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # the stages import torch; the registry stays light
     from trainer_core.base.folder import ProjectFolder
 
 __all__ = ["TrainerPack", "Material", "Budgets", "CORPUS_KINDS", "STUDENT_MATERIALS", "read_config_json",
-           "IMAGE_PRESET_MATERIALS", "STUDENT_FILE", "PIG_CLIP_WIDTH", "DEMO_SETTINGS"]
+           "IMAGE_PRESET_MATERIALS", "STUDENT_FILE", "PIG_CLIP_WIDTH", "CHARS_PER_TOKEN", "DEMO_SETTINGS"]
 
 CORPUS_KINDS = ("text", "image")
 
@@ -94,6 +94,8 @@ class Material:
 # the student file a ggk command line names when the project has none picked
 STUDENT_FILE = "pig_clip-q8_0.gguf"
 PIG_CLIP_WIDTH = 1024     # pig_clip's hidden size (Qwen3 0.6B), for estimates before the student is on disk
+CHARS_PER_TOKEN = 4.0     # English prompts in the Qwen BPE or T5's sentencepiece, on average (the estimates')
+_SAMPLE_BYTES = 1 << 16   # prompt_tokens reads this much of each prompt file
 
 # the demo project's settings of every pack (a pack's `demo_settings` go over them); sized so
 # `gguf-trainer run` finishes every stage quickly on 2 CPU cores
@@ -338,9 +340,42 @@ class TrainerPack:
         return []
 
     def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
-        """Bytes one sample's shard rows take (bf16): ~60 student rows and the teacher's rows."""
-        rows = dims.get("num_queries") or 60
-        return 60 * student_dim * 2 + rows * dims["out_dim"] * 2
+        """Bytes one sample's shard rows take (bf16): the prompt's student rows and the teacher's rows."""
+        tokens = self.prompt_tokens(project, 60)
+        return tokens * student_dim * 2 + (dims.get("num_queries") or tokens) * dims["out_dim"] * 2
+
+    def prompt_tokens(self, project: "ProjectFolder", default: float) -> float:
+        """The mean length in tokens of the prompts this project's corpus reads (the estimates' prompt, before
+        anything is tokenized): measured at CHARS_PER_TOKEN on the corpus the corpus stage wrote, else on the
+        prompt files the settings name (corpus.train_file, corpus.extra_files), the first 64 KB of each;
+        `default`, the pack's typical prompt of its presets, when none of them can be read."""
+        c = project.settings.corpus
+        written = [p for p in project.corpus_files()[:1] if p.is_file()]
+        named = [project.resolve_user_path(f) for f in (c.train_file, *c.extra_files) if f]
+        chars = lines = 0
+        for path in written or named:
+            if not path.is_file():                  # a folder, a pipe, a device: nothing to sample
+                continue
+            try:
+                with open(path, "rb") as f:
+                    text = f.read(_SAMPLE_BYTES).decode("utf-8", "replace")
+            except OSError:
+                continue
+            for line in text.split("\n")[:-1] or text.split("\n"):     # the last line may be cut short
+                if line.startswith("{"):                                 # an image corpus's jsonl: its text
+                    try:
+                        line = str(json.loads(line).get("text", ""))
+                    except (ValueError, AttributeError):
+                        continue
+                chars, lines = chars + len(line), lines + 1
+        return chars / lines / CHARS_PER_TOKEN if lines else float(default)
+
+    def reference_pixels(self, project: "ProjectFolder") -> int:
+        """The most pixels precompute reads one reference image at (the plan's memory estimate): the largest of
+        corpus.ref_areas, an area of 0 (the image's own size) counted as a megapixel photo; 0 for a text pack."""
+        if self.corpus_kind != "image":
+            return 0
+        return max((int(area) or 2**20 for area, _ in project.settings.corpus.ref_areas), default=2**20)
 
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """The demo's tiny teacher under materials/; none by default (the demo runs the mock)."""

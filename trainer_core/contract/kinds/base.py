@@ -162,6 +162,15 @@ class AdapterKind:
             total += n
         return total
 
+    def table_count(self, c: AdapterConfig) -> int:
+        """Parameters read by index, not multiplied (a seed table): memory, but no FLOPs (the plan's estimate)."""
+        return c.seed_vocab * (c.seed_rank or c.width)
+
+    def frozen_count(self, c: AdapterConfig) -> int:
+        """Parameters training does not update (a slot kind's fitted seed table): no gradient or optimizer state
+        in memory or in a checkpoint (the plan's estimate)."""
+        return c.seed_vocab * c.seed_rank
+
     def reads_top_level(self, name: str) -> bool:
         return any(name == t or (t.endswith(".") and name.startswith(t)) for t in self.top_level)
 

@@ -76,6 +76,10 @@ class TokenAlignedVisionKind(AdapterKind):
             layout.linear("skip", c.in_dim, c.out_dim)
         return layout.ne
 
+    def frozen_count(self, c: AdapterConfig) -> int:
+        """vision_proj: fitted by precompute, applied as it is."""
+        return c.vis_dim * c.in_dim
+
     def structural_kvs(self, c: AdapterConfig) -> tuple[list, list]:
         return ([(KV_VIS_DIM, c.vis_dim, "u32")] if c.vis_dim else []), []
 

@@ -239,12 +239,15 @@ class BridgePack(VisionPack):
 
     def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
         """Per sample: the student's rows, a slot row per template token, the raw vision rows of its
-        references (their slots' targets too), and a Klein sample's bank rows, over the corpus mix."""
+        references (their slots' targets too), and a Klein sample's bank rows, over the corpus mix (the text's
+        length from the prompt files, a reference's slots from corpus.ref_areas)."""
+        from trainer_core.packs.common.qwen3vl.qwenimage_data import mean_slots
         c, t = project.settings.corpus, project.settings.train
         samples = c.n_image + c.n_two + c.n_text + c.n_val_image + c.n_val_text
         refs = c.n_image + c.n_val_image + 2 * c.n_two
-        per = (_STUDENT_ROWS * student_dim + _TEXT_SLOTS * dims["out_dim"]) * 2
-        vis = refs * _REF_TOKENS * (dims["out_dim"] + dims["vis_dim"]) * 2
+        text = self.prompt_tokens(project, _STUDENT_ROWS)
+        per = (text * student_dim + (_TEXT_SLOTS - _STUDENT_ROWS + text) * dims["out_dim"]) * 2
+        vis = refs * mean_slots(c.ref_areas, _REF_TOKENS) * (dims["out_dim"] + dims["vis_dim"]) * 2
         klein = (c.n_klein + c.n_val_klein) * _KLEIN_ROWS * dims.get("bank_dim", BANK_DIM) * 2 if t.klein_head else 0
         return per + (vis + klein) / max(samples, 1)
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["PACK", "ZImagePack", "TEACHER"]
 
 OUT_DIM = 2560                          # Qwen3-4B's width: the reference shape
-_BODY_TOKENS = 60                       # the disk estimate's prompt: ~60 tokens of body
+_BODY_TOKENS = 60                       # the disk estimate's prompt without prompt files: ~60 tokens of body
 _REPO = "Qwen/Qwen3-4B"
 
 TEACHER = Material(
@@ -113,7 +113,8 @@ class ZImagePack(TrainerPack):
 
     def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
         """A student and a teacher row per template token (3 + ~60 + 5)."""
-        return (len(PREFIX_IDS) + _BODY_TOKENS + len(SUFFIX_IDS)) * (student_dim + dims["out_dim"]) * 2
+        rows = len(PREFIX_IDS) + self.prompt_tokens(project, _BODY_TOKENS) + len(SUFFIX_IDS)
+        return rows * (student_dim + dims["out_dim"]) * 2
 
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny random Qwen3 teacher (4 layers: the tap is hidden_states[3]) with the real Qwen tokenizer."""

@@ -31,7 +31,7 @@ __all__ = ["PACK", "Flux3Pack", "TEACHER"]
 
 LAYER_DIM, N_LAYERS = 2560, 36           # Qwen3-VL-4B's text stack: the reference shapes
 PROBES = ("a sheep in sunglasses", "", "Add snow, heavy", "  leading spaces\nand a newline", "café ☕ 日本語")
-_BODY_TOKENS = 60                        # the disk estimate's prompt: ~60 tokens of body
+_BODY_TOKENS = 60                        # the disk estimate's prompt without prompt files: ~60 tokens of body
 
 TEACHER = qwen3vl_teacher("Qwen3-VL-4B-Instruct", "~8.3 GB", "only the text stack runs: resident it needs about 11 GB "
                           "of GPU memory; smaller cards stream it from RAM", vision=False)
@@ -170,7 +170,7 @@ class Flux3Pack(TrainerPack):
 
     def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
         """A student and a teacher row per template token plus the one pad row."""
-        rows = len(PREFIX_IDS) + _BODY_TOKENS + len(SUFFIX_IDS) + 1
+        rows = len(PREFIX_IDS) + self.prompt_tokens(project, _BODY_TOKENS) + len(SUFFIX_IDS) + 1
         return rows * (student_dim + dims["out_dim"]) * 2
 
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["PACK", "Krea2Pack"]
 
 LAYER_DIM, N_LAYERS = 2560, 36           # Qwen3-VL-4B's text stack: the reference shapes
-_BODY_TOKENS = 60                        # the disk estimate's prompt: ~60 tokens of body
+_BODY_TOKENS = 60                        # the disk estimate's prompt without prompt files: ~60 tokens of body
 
 
 def _target(taps: tuple[int, ...], out_dim: int) -> str:
@@ -104,7 +104,8 @@ class Krea2Pack(Flux3Pack):
 
     def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
         """A student and a teacher row per template token (34 + ~60 + 5)."""
-        return (SYSTEM_ROWS + _BODY_TOKENS + len(SUFFIX_IDS)) * (student_dim + dims["out_dim"]) * 2
+        rows = SYSTEM_ROWS + self.prompt_tokens(project, _BODY_TOKENS) + len(SUFFIX_IDS)
+        return rows * (student_dim + dims["out_dim"]) * 2
 
     def ggk_command(self, project: "ProjectFolder") -> str:
         """Krea 2 Turbo, then Iris-3B (pixel space: no VAE) with the same adapter."""

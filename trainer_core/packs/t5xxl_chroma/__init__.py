@@ -15,7 +15,7 @@ only when the window is full), so the pack does not list it among its metrics un
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from trainer_core.packs.base import Budgets
 from trainer_core.packs.common.t5 import T5_VOCAB, T5_WIDTH, T5EncoderPack
@@ -27,10 +27,6 @@ if TYPE_CHECKING:
     from trainer_core.base.folder import ProjectFolder
 
 __all__ = ["PACK", "ChromaPack"]
-
-# shard_bytes' typical prompt: student rows, and T5 slots (pieces + EOS) before the first pad row
-_STUDENT_ROWS = 60
-_REAL_SLOTS = 40
 
 
 @dataclass(frozen=True)
@@ -54,12 +50,6 @@ class ChromaPack(T5EncoderPack):
         teacher runs all 512 slots of every prompt, however few it keeps."""
         b = super().budgets(project, device)
         return replace(b, teacher_batch=max(1, min(b.teacher_batch, b.tok_budget // CHROMA_WINDOW)))
-
-    def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
-        """Bytes of a typical sample's shard rows: ~60 student rows and ~40 real slots + the first pad of teacher
-        rows (bf16), plus its 512 seed ids (int32)."""
-        return (_STUDENT_ROWS * student_dim * 2 + (_REAL_SLOTS + 1) * dims["out_dim"] * 2
-                + dims.get("num_queries", CHROMA_WINDOW) * 4)
 
 
 PACK = ChromaPack(

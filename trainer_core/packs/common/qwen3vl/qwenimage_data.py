@@ -34,7 +34,7 @@ from trainer_core.packs.common.qwen3vl.vision_data import (FACTOR, IMAGE_PAD, SU
 
 __all__ = ["SYSTEM", "USER", "START", "SYSTEM_TOKENS", "FIRST_SLOT", "image_block", "sample_string", "sample_chunks",
            "Sample", "build_sample", "check_templates", "target_size", "choose_area", "load_rgb_over_white",
-           "preprocess"]
+           "preprocess", "mean_slots"]
 
 SYSTEM = "<|im_start|>system\nComprehend and analyze the provided prompt.<|im_end|>\n"
 USER = "<|im_start|>user\n"
@@ -103,6 +103,15 @@ def target_size(width: int, height: int, area: int) -> tuple[int, int]:
     vw = math.sqrt(float((area * width) // height))
     vh = vw * height / width
     return max(FACTOR, round(vw / FACTOR) * FACTOR), max(FACTOR, round(vh / FACTOR) * FACTOR)
+
+
+def mean_slots(ref_areas: Sequence[Sequence[float]], own: float) -> float:
+    """A reference's slots on average over the weighted `ref_areas` (one per 32 × 32 pixels), for the
+    estimates; `own` stands for an area of 0 (the image's own size, not known before it is read)."""
+    total = sum(float(w) for _, w in ref_areas)
+    if total <= 0:
+        return float(own)
+    return sum(float(w) * (int(a) / FACTOR**2 if int(a) else own) for a, w in ref_areas) / total
 
 
 def choose_area(rel_paths: Sequence[str], text: str, ref_areas: Sequence[Sequence[float]], two_image_max_area: int

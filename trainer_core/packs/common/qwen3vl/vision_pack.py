@@ -310,16 +310,27 @@ class VisionPack(TrainerPack):
 
     def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
         """A student and a teacher row per token of the template, text and suffix, plus the raw
-        vision rows of each reference image, averaged over the corpus mix."""
+        vision rows of each reference image, averaged over the corpus mix (the caption's length from the
+        prompt files; a reference's slots from corpus.ref_areas where the contract renders at those areas)."""
+        from trainer_core.packs.common.qwen3vl.qwenimage_data import mean_slots
         from trainer_core.packs.common.qwen3vl.vision_data import EDIT_START, HEADER_TOKENS, SUFFIX_IDS, T2I_START
         c = project.settings.corpus
         row = (student_dim + dims["out_dim"]) * 2
-        t2i_rows = T2I_START + _T2I_TEXT + len(SUFFIX_IDS)                 # 34 + 21 + 5
+        t2i_rows = T2I_START + self.prompt_tokens(project, _T2I_TEXT) + len(SUFFIX_IDS)    # 34 + ~21 + 5
         edit_rows = EDIT_START + HEADER_TOKENS + 1 + _EDIT_TEXT            # 64 + 7 + 20
         samples = c.n_image + c.n_two + c.n_text + c.n_val_image + c.n_val_text
-        edits, images = c.n_image + c.n_val_image + c.n_two, c.n_image + c.n_val_image + 2 * c.n_two
+        one, two = _IMAGE_TOKENS, _IMAGE_TOKENS
+        if self.contract == "qwen_image_2_1" and c.ref_areas:
+            capped = [(a, w) for a, w in c.ref_areas if a <= c.two_image_max_area] or [min(c.ref_areas)]
+            one, two = mean_slots(c.ref_areas, _IMAGE_TOKENS), mean_slots(capped, _IMAGE_TOKENS)
+        edits, image_rows = c.n_image + c.n_val_image + c.n_two, (c.n_image + c.n_val_image) * one + 2 * c.n_two * two
         return ((c.n_text + c.n_val_text) * t2i_rows * row + edits * edit_rows * row
-                + images * _IMAGE_TOKENS * (row + dims["vis_dim"] * 2)) / max(samples, 1)
+                + image_rows * (row + dims["vis_dim"] * 2)) / max(samples, 1)
+
+    def reference_pixels(self, project: "ProjectFolder") -> int:
+        """MageFlow's references are read within MAX_SIDE × MAX_SIDE; Qwen-Image's at corpus.ref_areas."""
+        from trainer_core.packs.common.qwen3vl.vision_data import MAX_SIDE
+        return super().reference_pixels(project) if self.contract == "qwen_image_2_1" else MAX_SIDE**2
 
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny random Qwen3-VL teacher and generated captioned scenes under materials/demo_images."""

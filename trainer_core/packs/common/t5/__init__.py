@@ -18,6 +18,7 @@ __all__ = ["T5EncoderPack", "T5_WIDTH", "T5_VOCAB", "T5_WINDOW"]
 # the reference shapes (T5-XXL v1.1); the stages read the real ones from the teacher's config
 T5_WIDTH, T5_VOCAB = 4096, 32128
 T5_WINDOW = 120  # the caption window = the seeded queries (teacher.T5_WINDOW)
+_PROMPT_TOKENS = 50  # the disk estimate's caption of a preset: ~60 student rows, ~40 T5 pieces
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,12 @@ class T5EncoderPack(TrainerPack):
             return {"out_dim": T5_WIDTH, "seed_vocab": T5_VOCAB, "num_queries": T5_WINDOW}
         return {"out_dim": int(config["d_model"]), "seed_vocab": int(config["vocab_size"]),
                 "num_queries": T5_WINDOW}
+
+    def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
+        """A sample's shard rows (bf16): the prompt's student rows and its real T5 slots (the pieces, EOS and the
+        first pad: what the DiT reads), plus the window's seed ids (int32)."""
+        tokens = self.prompt_tokens(project, _PROMPT_TOKENS)
+        return tokens * student_dim * 2 + (tokens + 2) * dims["out_dim"] * 2 + dims.get("num_queries", T5_WINDOW) * 4
 
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.common.t5.teacher import MockT5Teacher
