@@ -80,18 +80,13 @@ def prompts(teacher):
     return [texts[0], "", texts[1], long, "(masterpiece:1.2) " + texts[2], texts[3], texts[4]]
 
 
-# ---------------------------------------------------------------- 1. the demo through the CLI
+# ---------------------------------------------------------------- 1. the demo's run, read back through the CLI
 
-def test_demo_runs_through_the_cli_to_an_export_inspect_accepts(tmp_path, run_cli):
+def test_the_demos_run_exports_an_adapter_inspect_accepts(tmp_path, run_cli):
+    """The session's demo run (tests/demo_cache.py: `gguf-trainer demo`'s project, its stage processes started as
+    `gguf-trainer run` starts them), read back through the CLI."""
     from trainer_core.contract.shards import Shard, shard_files
-    from trainer_core.project import Project
-    project = tmp_path / "projects" / "t5_chroma_adapter"
-    demo = run_cli("demo", "--pack", PACK_ID, "--project", str(project), cwd=tmp_path)
-    assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
-    steps = run_cli("set", "--project", str(project), "--set", f"train.steps={demo_cache.STEPS}", cwd=tmp_path)
-    assert steps.returncode == 0, steps.stderr[-2000:]
-    run = run_cli("run", "--project", str(project), timeout=600, cwd=tmp_path)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    project = demo_cache.copy_trained(PACK_ID, tmp_path)
 
     exported = sorted(project.parent.glob("*-f16.gguf"))
     assert [p.name for p in exported] == ["pig_t5_chroma_adapter-f16.gguf"]
