@@ -11,7 +11,10 @@
 * **References** follow the engine, not the published trainer: `smart_resize` rounds each side
   to a multiple of 32 with std::llround (half away from zero: 80 px → 96, where Python's round
   gives 64), then fits the area into [65536, 1024²] px; the pixels are resized as floats by a
-  bilinear filter with antialias, alpha is composited over white AFTER the resize, then 2x − 1.
+  bilinear filter with antialias, then 2x − 1. An alpha channel is dropped, the colours under it
+  kept: the engine's pipeline cuts every reference to get_image_channels() = 3 channels for FLUX.3
+  and MOSS, the versions that load this adapter (gk-diffuser.cpp:3731-3733, 5892-5893, 5984-5987), so
+  the conditioner's composite over white (conditioner.hpp:4323-4329) never sees one.
   No EXIF orientation is applied. At training time a sample's drawn area first rescales the file
   (bicubic, uint8) when it differs by more than 2 %.
 * **Patches** are Qwen2-VL's (16 px, 2 × 2 merge windows, the frame doubled over the temporal
@@ -146,20 +149,16 @@ def merged_tokens(h: int, w: int) -> int:
 
 
 def _decode(source: str | os.PathLike | bytes, area: int) -> np.ndarray:
-    """[H, W, 4] float32 RGBA in 0…1 (alpha 1 without an alpha channel), rescaled to `area` pixels
-    (bicubic on uint8) when that differs from the file's own by more than 2 %."""
+    """[H, W, 3] float32 RGB in 0…1, any alpha channel dropped (the colours under it kept, as the engine keeps
+    them), rescaled to `area` pixels (bicubic on uint8) when that differs from the file's own by more than 2 %."""
     from PIL import Image
     with Image.open(io.BytesIO(source) if isinstance(source, bytes) else Path(source)) as img:
-        has_alpha = img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info
-        img = img.convert("RGBA" if has_alpha else "RGB")
+        img = img.convert("RGBA").convert("RGB") if img.mode in ("P", "PA", "LA", "La", "RGBa") else img.convert("RGB")
         w, h = img.size
         if area and abs(area - w * h) > _AREA_TOLERANCE * w * h:
             s = math.sqrt(area / (w * h))
             img = img.resize((max(FACTOR, round(w * s)), max(FACTOR, round(h * s))), Image.Resampling.BICUBIC)
-        pixels = np.asarray(img, dtype=np.float32) / np.float32(255.0)
-    if not has_alpha:
-        pixels = np.concatenate([pixels, np.ones_like(pixels[..., :1])], axis=-1)
-    return pixels
+        return np.asarray(img, dtype=np.float32) / np.float32(255.0)
 
 
 def load_reference(source: str | os.PathLike | bytes, area: int = 0, max_pixels: int = MAX_PIXELS) -> np.ndarray:
@@ -168,10 +167,8 @@ def load_reference(source: str | os.PathLike | bytes, area: int = 0, max_pixels:
     import torch
     import torch.nn.functional as F
 
-    rgba = _decode(source, area)
-    h_bar, w_bar = smart_resize(rgba.shape[0], rgba.shape[1], max_pixels=max_pixels)
-    x = torch.from_numpy(np.ascontiguousarray(rgba.transpose(2, 0, 1)))[None]          # [1, 4, H, W]
+    rgb = _decode(source, area)
+    h_bar, w_bar = smart_resize(rgb.shape[0], rgb.shape[1], max_pixels=max_pixels)
+    x = torch.from_numpy(np.ascontiguousarray(rgb.transpose(2, 0, 1)))[None]           # [1, 3, H, W]
     x = F.interpolate(x, size=(h_bar, w_bar), mode="bilinear", antialias=True, align_corners=False)[0]
-    rgb, alpha = x[:3], x[3:]
-    over_white = rgb * alpha + (1.0 - alpha)                                            # composited after resizing
-    return (over_white * 2.0 - 1.0).permute(1, 2, 0).contiguous().numpy().astype(np.float32)
+    return (x * 2.0 - 1.0).permute(1, 2, 0).contiguous().numpy().astype(np.float32)
