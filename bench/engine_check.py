@@ -1,6 +1,6 @@
 """A pack's export run through the engine's own conditioning code, against the trainer's prediction.
 
-    python bench/engine_check.py --pack ID [--project DIR] [--prompts FILE] [--engine DIR] [--json]
+    python bench/engine_check.py --pack ID [--project DIR] [--prompts FILE] [--images DIR] [--engine DIR] [--json]
     python bench/engine_check.py --all [--json]          # every pack, one line each
 
 Downloads the ggk 0.9.7 sdist (`pip download`, once, into ~/.cache/gguf-trainer) unless --engine
@@ -17,6 +17,15 @@ with SD_DUMP_COND set, and the trainer computes the same thing through `gguf-tra
  - student_max_rel: the same over the student's rows (qwen_hidden.bin);
  - ids_equal: the token ids the engine used (tokens.txt, t5_ids.txt, seed_ids.txt, or the ids the
    Ming conditioner logs) equal ours.
+For the packs whose conditioner reads reference images the check also runs (bench/engine_vision.py: MageFlow,
+Qwen-Image 2.1, the Qwen3.5 bridge on both its versions, Ming) three prompts with one reference each, the
+demo's own scenes or the files of --images DIR: the engine gets a 16-head vision tower the check builds (the
+engine fixes 16 heads; the demos' towers have 2: a llama.cpp mmproj, or Ming's own vision GGUF), the raw
+pixels as the pipeline hands them over, and the trainer its own preprocessing, template and slots; compared
+besides the rows above: vis_max_rel (the tower's rows, vis_embeds.bin), the slots (vis_pos.txt, Ming's logged
+slot ids), and for Qwen-Image 2.1 pixels_max_abs (the pixels its tower reads, ref0_rgb.bin; one reference
+carries an alpha channel). LLaDA's reference goes through SigVQ straight to the DiT, never through the
+conditioner or the adapter (gk-diffuser.cpp:3799-3846, 6203-6225), so it has no image check here.
 The last stdout line is JSON: {"pack", "prompts", "max_rel", "ids_equal", "student_max_rel",
 "images", "versions", "ok"} (with --all, one such line per pack, then a summary line). Exit 0
 when every figure holds (max_rel ≤ 1e-4, ids equal), 1 when one does not; with no C++ compiler
@@ -41,12 +50,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import engine_vision  # noqa: E402
 from engine_tokenizer import VERSION, engine_source  # noqa: E402
 
 PROMPTS = REPO / "tests" / "data" / "engine_check_prompts.jsonl"
 FIXTURE = REPO / "tests" / "data" / "engine_rows.json"
 FIXTURE_PROMPTS = (0, 1, 2, 4, 5, 6, 7, 13)   # empty, plain, weighted, 120+ T5 tokens, German, Chinese, accents, emoji
 TOLERANCE = 1e-4
+PIXEL_TOLERANCE = 1e-6                        # the pixels a tower reads (Qwen-Image 2.1 dumps them): float rounding
 DEMO_STEPS = "train.steps=60"                 # the demo runs tests/demo_cache.py shares (tests/data/demo_hashes.json)
 
 
@@ -144,12 +155,15 @@ class Ours:
                 "t5_ids": t5_ids, "seed_ids": derived.get("--seed-ids")}
 
 
-def run_engine(driver: Path, ours: Ours, version: str, prompts: list[str], work: Path) -> list[dict]:
+def run_engine(driver: Path, ours: Ours, version: str, prompts: list[str], work: Path, vision: Path | None = None,
+               extra: list[dict] | None = None) -> list[dict]:
+    """The driver on every prompt (`extra`: each prompt's further fields, such as its "images" and the request's
+    "width" and "height"; `vision`: the tower file); its answers, each with its dump folder."""
     items = []
     for i, text in enumerate(prompts):
         dump = work / version / str(i)
         dump.mkdir(parents=True, exist_ok=True)
-        items.append({"text": text, "dump": str(dump)})
+        items.append({"text": text, "dump": str(dump), **(extra[i] if extra else {})})
     env = dict(os.environ)
     if ours.t5 is not None:                # the demo's tiny T5 vocabulary, as a tokenizer pack (SD_TOKENIZER_PACK)
         import engine_t5_fixture
@@ -157,7 +171,7 @@ def run_engine(driver: Path, ours: Ours, version: str, prompts: list[str], work:
         engine_t5_fixture.engine_pack(ours.pack.resolve_material(ours.project, "teacher"), pack_dir)
         env["SD_TOKENIZER_PACK"] = str(pack_dir)
     command = [str(driver), "--version", version, "--llm", str(ours.student_gguf), "--adapter", str(ours.adapter_path),
-               "--threads", str(min(4, os.cpu_count() or 1))]
+               "--threads", str(min(4, os.cpu_count() or 1)), *(["--vision", str(vision)] if vision else [])]
     answers: list[dict] = []
     while len(answers) < len(items):          # a prompt the engine aborts on: note it, go on with the next
         rest = items[len(answers):]
@@ -184,9 +198,17 @@ def engine_ids(answer: dict) -> list[int] | None:
     return logged_ids(answer.get("log", []), "ming_image student tokens")
 
 
-def check_pack(driver: Path, project_dir: Path, prompts: list[str], work: Path, fixture: dict | None = None) -> dict:
+def reference_images(project_dir: Path, folder: str | None) -> list[Path]:
+    """The references of the image check: the files in `folder`, else the demo's own scenes."""
+    where = Path(folder) if folder else project_dir / "materials" / "demo_images"
+    return sorted(p for p in where.rglob("*") if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp"))
+
+
+def check_pack(driver: Path, project_dir: Path, prompts: list[str], work: Path, fixture: dict | None = None,
+               images: str | None = None) -> dict:
     """Run the engine on every prompt and version and compare; with `fixture` (a dict), also fill it with the
-    engine's ids and row fingerprints of the FIXTURE_PROMPTS."""
+    engine's ids and row fingerprints of the FIXTURE_PROMPTS. A pack whose references the check runs
+    (engine_vision.PACKS) also gets engine_vision.PROMPTS with reference images (`images`: a folder)."""
     ours = Ours(project_dir)
     c = ours.adapter.config
     worst = worst_student = 0.0
@@ -229,12 +251,25 @@ def check_pack(driver: Path, project_dir: Path, prompts: list[str], work: Path, 
                     problems.append(f"{version} {text[:40]!r}: {name} engine {engine[:24]} ours {ours_ids[:24]}")
             if rel > TOLERANCE:
                 problems.append(f"{version} {text[:40]!r}: max_rel {rel:.3g} (student {rel_s:.3g})")
+    seen = {"images": 0}
+    if ours.pack.id in engine_vision.PACKS:
+        refs = reference_images(project_dir, images)
+        if not refs:
+            problems.append(f"no reference images for the image check in {images or 'the demo'}")
+            ids_equal = False
+        for version in ours.pack.engine_versions if refs else ():
+            seen = engine_vision.check_images(driver, ours, version, refs, work / "images" / version)
+            worst, worst_student = max(worst, seen["max_rel"]), max(worst_student, seen["student_max_rel"])
+            ids_equal = ids_equal and seen["ids_equal"]
+            problems += seen["problems"]
     for p in problems:
         print(p, file=sys.stderr)
     return {"pack": ours.pack.id, "prompts": len(prompts), "max_rel": worst, "ids_equal": ids_equal,
-            "student_max_rel": worst_student, "images": 0, "versions": list(ours.pack.engine_versions),
-            "engine_aborts": aborts,
-            "ok": ids_equal and worst <= TOLERANCE}
+            "student_max_rel": worst_student, "images": seen["images"],
+            **{k: seen[k] for k in ("vis_max_rel", "pixels_max_abs") if seen.get(k) is not None},
+            "versions": list(ours.pack.engine_versions), "engine_aborts": aborts,
+            "ok": ids_equal and worst <= TOLERANCE and seen.get("vis_max_rel", 0.0) <= TOLERANCE
+            and (seen.get("pixels_max_abs") or 0.0) <= PIXEL_TOLERANCE}
 
 
 def main() -> int:
@@ -244,6 +279,8 @@ def main() -> int:
     parser.add_argument("--all", action="store_true", help="every pack")
     parser.add_argument("--project", help="a project whose export to check (default: the pack's demo, made here)")
     parser.add_argument("--prompts", default=str(PROMPTS), help="JSON lines, one prompt string each")
+    parser.add_argument("--images", help="a folder of reference images for the packs whose image path the check "
+                        "runs (default: the demo's own scenes)")
     parser.add_argument("--engine", help=f"an unpacked ggk-{VERSION} sdist (default: download it from PyPI)")
     parser.add_argument("--keep", help="make the demo projects under this folder and keep them (default: a "
                         "temporary folder, removed after)")
@@ -271,7 +308,7 @@ def main() -> int:
             project = Path(args.project) if args.project else made if (made / "eval.json").exists() or \
                 (args.keep and made.is_dir()) else demo_project(pack_id, work / pack_id)
             entries: dict = {}
-            result = check_pack(driver, project, prompts, work / pack_id / "dumps", entries)
+            result = check_pack(driver, project, prompts, work / pack_id / "dumps", entries, args.images)
             results.append(result)
             from trainer_core.project import Project
             gguf = Project.open(project).gguf_path()

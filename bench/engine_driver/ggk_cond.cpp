@@ -13,7 +13,9 @@
 //
 //   ggk_cond --version NAME --llm S.gguf --adapter A.gguf [--vision V.gguf] [--threads N] < prompts.jsonl
 //
-// stdin: one JSON object a line {"text": "...", "dump": DIR}; SD_DUMP_COND=DIR is set around
+// stdin: one JSON object a line {"text": "...", "dump": DIR, "images": [{"path", "width", "height",
+// "channels"}] (optional: raw 8-bit pixels, the references; the conditioner gets them as the pipeline
+// hands them over, gk-diffuser.cpp:5984-5987, 6185-6193)}; SD_DUMP_COND=DIR is set around
 // the call, so the conditioner writes its own dumps there (qwen_hidden.bin, adapter_out.bin,
 // tokens.txt or t5_ids.txt, ...), and this driver adds cond.bin (c_crossattn, f32) and
 // cond_shape.txt. stdout: one JSON object a line {"ok": true, "shape": [...]} or
@@ -28,6 +30,7 @@
 #include <unistd.h>
 
 #include "conditioning/conditioner.hpp"
+#include "core/util.h"
 #include "ggml-cpu.h"
 #include "json.hpp"
 #include "model_manager.h"
@@ -154,11 +157,13 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    if (!loader.init_from_file(adapter, "text_encoders.llm_adapter.")) {
+    // the engine converts the names once, under the version it read from the DiT (:1224); with no DiT here,
+    // the version is set first, as init_from_file_and_convert_name does (model_loader.cpp:304-313): the
+    // Qwen3-VL / Qwen3.5 mmproj names convert only under their versions (name_conversion.cpp:1449-1457)
+    if (!loader.init_from_file_and_convert_name(adapter, "text_encoders.llm_adapter.", version)) {
         fprintf(stderr, "ggk_cond: loading llm adapter from '%s' failed\n", adapter.c_str());
         return 1;
     }
-    loader.convert_tensors_name();
     auto& tsm = loader.get_tensor_storage_map();
 
     const bool bridge_adapter = tsm.find("text_encoders.llm_adapter.adapter.slot_query") != tsm.end() &&
@@ -245,7 +250,26 @@ int main(int argc, char** argv) {
         const std::string dump = item.at("dump").get<std::string>();
         setenv("SD_DUMP_COND", dump.c_str(), 1);
         prompt_log.clear();
+        // references: raw 8-bit pixels, row-major height × width × channels (the channels the pipeline
+        // keeps for the version, get_image_channels), made a tensor as the pipeline makes it (util.cpp:741)
+        std::vector<sd::Tensor<float>> refs;
+        std::vector<std::vector<uint8_t>> ref_bytes;
+        for (const auto& ref : item.value("images", json::array())) {
+            const std::string path = ref.at("path").get<std::string>();
+            const int w = ref.at("width").get<int>(), h = ref.at("height").get<int>(), ch = ref.at("channels").get<int>();
+            FILE* f = fopen(path.c_str(), "rb");
+            ref_bytes.emplace_back(static_cast<size_t>(w) * h * ch);
+            if (f == nullptr || fread(ref_bytes.back().data(), 1, ref_bytes.back().size(), f) != ref_bytes.back().size()) {
+                fprintf(stderr, "ggk_cond: cannot read %d x %d x %d pixels from %s\n", w, h, ch, path.c_str());
+                return 1;
+            }
+            fclose(f);
+            sd_image_t image = {static_cast<uint32_t>(w), static_cast<uint32_t>(h), static_cast<uint32_t>(ch),
+                                ref_bytes.back().data()};
+            refs.push_back(sd_image_to_tensor(image));
+        }
         ConditionerParams p;
+        p.ref_images      = refs.empty() ? nullptr : &refs;
         p.text            = item.at("text").get<std::string>();
         p.width           = item.value("width", 1024);
         p.height          = item.value("height", 1024);

@@ -167,15 +167,17 @@ def _connector_shapes(config: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 def write_tiny_ming(root: str | os.PathLike, hidden: int = 64, layers: int = 3, taps: tuple[int, ...] = (1, 2, 3),
                     head_dim: int = 128, connector_width: int = 32, connector_layers: int = 2, cap_dim: int = 2560,
-                    direct_dim: int = 3840, vision_hidden: int = 32, vision_out: int = 48, seed: int = 0) -> Path:
+                    direct_dim: int = 3840, vision_hidden: int = 32, vision_out: int = 48, seed: int = 0,
+                    vision: dict | None = None) -> Path:
     """Write the tiny snapshot under `root` (see the module docstring); returns root. About 21 MB,
-    nearly all of it the 157184-row embedding table."""
+    nearly all of it the 157184-row embedding table. `vision` overrides vision_config fields (the engine
+    check's tower has the engine's 16 heads)."""
     root = Path(root)
     gen = torch.Generator().manual_seed(seed)
     llm = tiny_llm_config(hidden, layers, head_dim)
     vision = {"depth": 2, "hidden_size": vision_hidden, "hidden_act": "silu", "intermediate_size": 2 * vision_hidden,
               "num_heads": 2, "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
-              "window_size": 112, "out_hidden_size": vision_out, "fullatt_block_indexes": [1]}
+              "window_size": 112, "out_hidden_size": vision_out, "fullatt_block_indexes": [1], **(vision or {})}
     with torch.device("meta"):
         thinker = LingThinker(LingConfig(**{k: v for k, v in llm.items() if k != "model_type"}))
     shapes = {THINKER_PREFIX + k: v for k, v in thinker.state_dict().items()}
