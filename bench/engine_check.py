@@ -26,6 +26,10 @@ besides the rows above: vis_max_rel (the tower's rows, vis_embeds.bin), the slot
 slot ids), and for Qwen-Image 2.1 pixels_max_abs (the pixels its tower reads, ref0_rgb.bin; one reference
 carries an alpha channel). LLaDA's reference goes through SigVQ straight to the DiT, never through the
 conditioner or the adapter (gk-diffuser.cpp:3799-3846, 6203-6225), so it has no image check here.
+For the packs whose teacher is a Qwen3 or Qwen3-VL text stack (bench/engine_teacher.py: Z-Image, MageFlow,
+Qwen-Image 2.1, FLUX.3 Klein, Krea 2) the engine also runs a tiny teacher itself (--llm, no adapter: its
+llm_hidden.bin), at the real layer count its conditioner taps, against the pack's own teacher on the same
+weights: teacher_max_rel.
 The last stdout line is JSON: {"pack", "prompts", "max_rel", "ids_equal", "student_max_rel",
 "images", "versions", "ok"} (with --all, one such line per pack, then a summary line). Exit 0
 when every figure holds (max_rel ≤ 1e-4, ids equal), 1 when one does not; with no C++ compiler
@@ -50,6 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import engine_teacher  # noqa: E402
 import engine_vision  # noqa: E402
 from engine_tokenizer import VERSION, engine_source  # noqa: E402
 
@@ -170,7 +175,8 @@ def run_engine(driver: Path, ours: Ours, version: str, prompts: list[str], work:
         pack_dir = work / "t5pack"
         engine_t5_fixture.engine_pack(ours.pack.resolve_material(ours.project, "teacher"), pack_dir)
         env["SD_TOKENIZER_PACK"] = str(pack_dir)
-    command = [str(driver), "--version", version, "--llm", str(ours.student_gguf), "--adapter", str(ours.adapter_path),
+    command = [str(driver), "--version", version, "--llm", str(ours.student_gguf),
+               *(["--adapter", str(ours.adapter_path)] if ours.adapter_path else []),
                "--threads", str(min(4, os.cpu_count() or 1)), *(["--vision", str(vision)] if vision else [])]
     answers: list[dict] = []
     while len(answers) < len(items):          # a prompt the engine aborts on: note it, go on with the next
@@ -205,10 +211,12 @@ def reference_images(project_dir: Path, folder: str | None) -> list[Path]:
 
 
 def check_pack(driver: Path, project_dir: Path, prompts: list[str], work: Path, fixture: dict | None = None,
-               images: str | None = None) -> dict:
+               images: str | None = None, extras: dict | None = None) -> dict:
     """Run the engine on every prompt and version and compare; with `fixture` (a dict), also fill it with the
     engine's ids and row fingerprints of the FIXTURE_PROMPTS. A pack whose references the check runs
-    (engine_vision.PACKS) also gets engine_vision.PROMPTS with reference images (`images`: a folder)."""
+    (engine_vision.PACKS) also gets engine_vision.PROMPTS with reference images (`images`: a folder), a pack
+    whose teacher the engine can run (engine_teacher.PACKS) engine_teacher.PROMPTS through it; with `extras`
+    (a dict), their fixture entries go to extras["images"] and extras["teacher"], per version."""
     ours = Ours(project_dir)
     c = ours.adapter.config
     worst = worst_student = 0.0
@@ -258,18 +266,28 @@ def check_pack(driver: Path, project_dir: Path, prompts: list[str], work: Path, 
             problems.append(f"no reference images for the image check in {images or 'the demo'}")
             ids_equal = False
         for version in ours.pack.engine_versions if refs else ():
-            seen = engine_vision.check_images(driver, ours, version, refs, work / "images" / version)
+            entries = (extras.setdefault("images", {}).setdefault(version, []) if extras is not None else None)
+            seen = engine_vision.check_images(driver, ours, version, refs, work / "images" / version, entries)
             worst, worst_student = max(worst, seen["max_rel"]), max(worst_student, seen["student_max_rel"])
             ids_equal = ids_equal and seen["ids_equal"]
             problems += seen["problems"]
+    taught: dict = {}
+    for version in engine_teacher.PACKS.get(ours.pack.id, ((),))[0]:   # the teacher the engine can run, its rows
+        entries = extras.setdefault("teacher", {}).setdefault(version, []) if extras is not None else None
+        done = engine_teacher.check_teacher(driver, ours, version, work / "teacher" / version, entries)
+        taught = {"prompts": taught.get("prompts", 0) + done["prompts"],
+                  "teacher_max_rel": max(taught.get("teacher_max_rel", 0.0), done["teacher_max_rel"])}
+        ids_equal = ids_equal and done["ids_equal"]
+        problems += done["problems"]
     for p in problems:
         print(p, file=sys.stderr)
     return {"pack": ours.pack.id, "prompts": len(prompts), "max_rel": worst, "ids_equal": ids_equal,
             "student_max_rel": worst_student, "images": seen["images"],
             **{k: seen[k] for k in ("vis_max_rel", "pixels_max_abs") if seen.get(k) is not None},
+            **({"teacher_prompts": taught["prompts"], "teacher_max_rel": taught["teacher_max_rel"]} if taught else {}),
             "versions": list(ours.pack.engine_versions), "engine_aborts": aborts,
             "ok": ids_equal and worst <= TOLERANCE and seen.get("vis_max_rel", 0.0) <= TOLERANCE
-            and (seen.get("pixels_max_abs") or 0.0) <= PIXEL_TOLERANCE}
+            and (seen.get("pixels_max_abs") or 0.0) <= PIXEL_TOLERANCE and taught.get("teacher_max_rel", 0.0) <= TOLERANCE}
 
 
 def main() -> int:
@@ -308,12 +326,13 @@ def main() -> int:
             project = Path(args.project) if args.project else made if (made / "eval.json").exists() or \
                 (args.keep and made.is_dir()) else demo_project(pack_id, work / pack_id)
             entries: dict = {}
-            result = check_pack(driver, project, prompts, work / pack_id / "dumps", entries, args.images)
+            extras: dict = {}
+            result = check_pack(driver, project, prompts, work / pack_id / "dumps", entries, args.images, extras)
             results.append(result)
             from trainer_core.project import Project
             gguf = Project.open(project).gguf_path()
             fixture["packs"][pack_id] = {"gguf_sha256": hashlib.sha256(gguf.read_bytes()).hexdigest(),
-                                         "aborts": result["engine_aborts"], "versions": entries}
+                                         "aborts": result["engine_aborts"], "versions": entries, **extras}
             print(json.dumps(result), flush=True)
     finally:
         if not args.keep:

@@ -17,6 +17,7 @@ engine's Conv3d computes it (ggml_extend.hpp:3836, gk_ops.c:1523-1524).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,7 @@ def predict_bridge(ours: Any, tower: Any, text: str, images: list[Path], version
             "vis": vis, "slots": [list(r) for r in derived["--vis-pos"]], "pixels": pixels}
 
 
-def ming_tower(work: Path, vis_dim: int) -> tuple[Any, Path]:
+def ming_tower(work: Path, vis_dim: int, export: bool = True) -> tuple[Any, Path]:
     """(the trainer's MingVision, the pack's own vision GGUF of it) for a tiny Ming snapshot whose tower has the
     engine's 16 heads (ming_image_te.hpp:119-122; window 112 and full attention only in blocks 7, 15, 23, 31,
     so none at depth 2): written by the pack's write_tiny_ming and exported by its export_vision_gguf. The
@@ -148,7 +149,8 @@ def ming_tower(work: Path, vis_dim: int) -> tuple[Any, Path]:
     root = write_tiny_ming(work / "ming-tower", hidden=vis_dim, seed=SEED % 1000, vision={
         "hidden_size": 64, "intermediate_size": 128, "num_heads": 16, "fullatt_block_indexes": []})
     path = work / "pig_ming_vision-f16.gguf"
-    export_vision_gguf(root, path, force=True)
+    if export:
+        export_vision_gguf(root, path, force=True)
     tower = MingVision.load(root)
     with torch.no_grad():
         for p in tower.parameters():
@@ -237,60 +239,99 @@ def with_alpha(path: Path, out: Path) -> Path:
     return out
 
 
-def check_images(driver: Path, ours: Any, version: str, images: list[Path], work: Path) -> dict:
-    """Every PROMPTS entry with one reference (the images in turn), through the engine and the trainer:
-    {"images", "max_rel", "student_max_rel", "vis_max_rel", "ids_equal", "problems"}."""
-    from engine_check import PIXEL_TOLERANCE, int_lines, rows, run_engine
+@dataclass
+class Setup:
+    """What one version's image check runs on: the tower (ours) and its file (the engine's), the references in
+    prompt order and the driver's entries for them."""
+    version: str
+    tower: Any
+    tower_file: Path
+    refs: list[Path]
+    extra: list[dict]
+
+
+def prepare(ours: Any, version: str, images: list[Path], work: Path, engine: bool = True) -> Setup | str:
+    """The tower, its file (with `engine`: the trainer's side alone needs none) and the references of `version`'s
+    check (a sentence when no reference suits)."""
     work.mkdir(parents=True, exist_ok=True)
     c = ours.adapter.config
-    bridge, ming = version in BRIDGE_VERSIONS, version == "ming_image"
-    if ming:
-        tower, mmproj = ming_tower(work, c.vis_dim)
+    if version == "ming_image":
+        tower, tower_file = ming_tower(work, c.vis_dim, engine)
     else:
-        tower = build_tower(c.vis_dim, qwen35=bridge)
-        mmproj = write_mmproj(work / "tower-mmproj.gguf", tower)
-    four, qwen_image = version in FOUR_CHANNELS, version == "qwen_image_2_1"
+        tower = build_tower(c.vis_dim, qwen35=version in BRIDGE_VERSIONS)
+        tower_file = write_mmproj(work / "tower-mmproj.gguf", tower) if engine else work / "not-written"
+    qwen_image = version == "qwen_image_2_1"
     if qwen_image:
         # the pipeline first resizes a reference to the request's area (gk-diffuser.cpp:6016-6071, not linked
         # here): the request is the reference's own size, a multiple of 32 a side, so that resize keeps it
         images = [p for p in images if _size(p)[0] % 32 == 0 and _size(p)[1] % 32 == 0]
         if not images:
-            return {"images": 0, "max_rel": 0.0, "student_max_rel": 0.0, "vis_max_rel": 0.0, "ids_equal": False,
-                    "pixels_max_abs": None, "problems": [f"{version}: no reference whose sides are multiples of 32"]}
+            return f"{version}: no reference whose sides are multiples of 32"
         images = [*images[:1], with_alpha(images[0], work / "alpha.png"), *images[1:2]]
+    if not images:
+        return f"{version}: no reference images"
     images = images[:len(PROMPTS)]
     refs = [images[i % len(images)] for i in range(len(PROMPTS))]
     extra = []
     for i, path in enumerate(refs):
-        entry = raw_pixels(path, work / f"ref{i}.raw", 4 if four else 3)
+        entry = raw_pixels(path, work / f"ref{i}.raw", 4 if version in FOUR_CHANNELS else 3)
         extra.append({"images": [entry], **({"width": entry["width"], "height": entry["height"]} if qwen_image
                                             else {})})
-    answers = run_engine(driver, ours, version, list(PROMPTS), work / "dumps", vision=mmproj, extra=extra)
-    out = {"images": len(set(refs)), "max_rel": 0.0, "student_max_rel": 0.0, "vis_max_rel": 0.0, "ids_equal": True,
-           "pixels_max_abs": None, "problems": []}
+    return Setup(version, tower, tower_file, refs, extra)
+
+
+def predict_one(ours: Any, setup: Setup, text: str, ref: Path) -> dict:
+    """The trainer's side of `text` with the reference `ref` on `setup`'s version."""
+    if setup.version in BRIDGE_VERSIONS:
+        return predict_bridge(ours, setup.tower, text, [ref], setup.version)
+    if setup.version == "ming_image":
+        return predict_ming(ours, setup.tower, text, [ref])
+    w, h = _size(ref)
+    return predict(ours, setup.tower, text, [ref], w * h if setup.version == "qwen_image_2_1" else None)
+
+
+def jsonable(ids: list) -> list:
+    """Ids as the fixture keeps them (Ming's image run as ["patch", n])."""
+    return [list(i) if isinstance(i, tuple) else i for i in ids]
+
+
+def check_images(driver: Path, ours: Any, version: str, images: list[Path], work: Path,
+                 fixture: list | None = None) -> dict:
+    """Every PROMPTS entry with one reference (the images in turn), through the engine and the trainer:
+    {"images", "max_rel", "student_max_rel", "vis_max_rel", "ids_equal", "pixels_max_abs", "problems"}; with
+    `fixture` (a list), also the engine's ids, slots and row fingerprints of each."""
+    from engine_check import PIXEL_TOLERANCE, fingerprint, int_lines, rows, run_engine
+    c = ours.adapter.config
+    setup = prepare(ours, version, images, work)
+    if isinstance(setup, str):
+        return {"images": 0, "max_rel": 0.0, "student_max_rel": 0.0, "vis_max_rel": 0.0, "ids_equal": False,
+                "pixels_max_abs": None, "problems": [setup]}
+    answers = run_engine(driver, ours, version, list(PROMPTS), work / "dumps", vision=setup.tower_file,
+                         extra=setup.extra)
+    out = {"images": len(set(setup.refs)), "max_rel": 0.0, "student_max_rel": 0.0, "vis_max_rel": 0.0,
+           "ids_equal": True, "pixels_max_abs": None, "problems": []}
 
     def rel(a: np.ndarray, b: np.ndarray) -> float:
         return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)) if a.shape == b.shape else float("inf")
 
-    for text, ref, answer in zip(PROMPTS, refs, answers):
+    for text, ref, answer in zip(PROMPTS, setup.refs, answers):
         dump = answer["dump"]
         if "engine_abort" in answer or not (dump / "adapter_out.bin").exists():
             out["problems"].append(f"{version} {text[:40]!r} + {ref.name}: the engine gave no rows "
                                    f"({answer.get('engine_abort') or answer.get('error')})")
             out["ids_equal"] = False
             continue
-        w, h = _size(ref)
-        mine = (predict_bridge(ours, tower, text, [ref], version) if bridge else predict_ming(ours, tower, text, [ref])
-                if ming else predict(ours, tower, text, [ref], w * h if qwen_image else None))
+        mine = predict_one(ours, setup, text, ref)
         if (dump / "ref0_rgb.bin").exists():           # Qwen-Image 2.1 dumps the pixels its tower reads
             seen = np.fromfile(dump / "ref0_rgb.bin", "<f4").reshape(3, *mine["pixels"][0].shape[:2])
             gap = float(np.abs(seen.transpose(1, 2, 0) - mine["pixels"][0]).max())
             out["pixels_max_abs"] = max(out["pixels_max_abs"] or 0.0, gap)
             if gap > PIXEL_TOLERANCE:
                 out["problems"].append(f"{version} {ref.name}: the tower's pixels differ by {gap:.3g}")
-        figures = {"max_rel": rel(rows(dump / "adapter_out.bin", mine["rows"].shape[1]), mine["rows"]),
-                   "student_max_rel": rel(rows(dump / "qwen_hidden.bin", c.in_dim), mine["hidden"]),
-                   "vis_max_rel": rel(rows(dump / "vis_embeds.bin", c.vis_dim), mine["vis"])}
+        got = {"rows": rows(dump / "adapter_out.bin", mine["rows"].shape[1]),
+               "student": rows(dump / "qwen_hidden.bin", c.in_dim), "vis": rows(dump / "vis_embeds.bin", c.vis_dim)}
+        figures = {"max_rel": rel(got["rows"], mine["rows"]), "student_max_rel": rel(got["student"], mine["hidden"]),
+                   "vis_max_rel": rel(got["vis"], mine["vis"])}
         for name, value in figures.items():
             out[name] = max(out[name], value)
         engine_ids = (logged_slots(answer.get("log", []), mine["ids_log"]) if "ids_log" in mine
@@ -305,6 +346,9 @@ def check_images(driver: Path, ours: Any, version: str, images: list[Path], work
         if max(figures.values()) > 1e-4:
             out["problems"].append(f"{version} {text[:40]!r} + {ref.name}: " + ", ".join(
                 f"{k} {v:.3g}" for k, v in figures.items()))
+        if fixture is not None:
+            fixture.append({"prompt": text, "ref": ref.name, "ids": jsonable(engine_ids or []), "slots": slots,
+                            **{k: fingerprint(v) for k, v in got.items()}})
     return out
 
 

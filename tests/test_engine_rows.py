@@ -3,7 +3,9 @@
 tests/data/engine_rows.json holds what ggk 0.9.7's own conditioners produced for the demo exports of
 tests/demo_cache.py (the same bytes: the file records each adapter's sha256), per pack, model version
 and prompt: the token ids the engine fed (the student's template ids, the T5 window, the bridge's seed
-ids) and fingerprints of the student rows and the adapter rows. `python bench/engine_check.py --all
+ids) and fingerprints of the student rows and the adapter rows; for the packs whose conditioner reads a
+reference image, the same with a reference (and the tower's rows and slots); for the Qwen3 / Qwen3-VL
+teachers, the rows the engine took from a tiny teacher run as --llm. `python bench/engine_check.py --all
 --write-fixture` wrote it, from the engine sources compiled unchanged behind
 bench/engine_driver/ggk_cond.cpp. Here the trainer's side runs on the same exports: the pack's ids,
 the student rows, and the rows `gguf-trainer infer --prompt` writes, within 1e-4 of max |ours|.
@@ -30,6 +32,8 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
 import engine_check  # noqa: E402
+import engine_teacher  # noqa: E402
+import engine_vision  # noqa: E402
 
 FIXTURE = json.loads(engine_check.FIXTURE.read_text(encoding="utf-8"))
 PACKS = sorted(FIXTURE["packs"])
@@ -93,6 +97,52 @@ def test_infer_prompt_gives_the_engines_ids_and_rows(pack_id, ours_of, tmp_path,
                 assert engine_check.fingerprint_rel(np.load(out), entry["rows"]) <= engine_check.TOLERANCE, (version,
                                                                                                             text)
     capsys.readouterr()
+
+
+IMAGE_PACKS = sorted(p for p in PACKS if "images" in FIXTURE["packs"][p])
+TEACHER_PACKS = sorted(p for p in PACKS if "teacher" in FIXTURE["packs"][p])
+
+
+def test_the_fixture_has_a_reference_image_check_for_every_pack_whose_conditioner_reads_one():
+    assert IMAGE_PACKS == sorted(engine_vision.PACKS)
+    assert TEACHER_PACKS == sorted(engine_teacher.PACKS)
+    for pack_id in IMAGE_PACKS:
+        for version, entries in FIXTURE["packs"][pack_id]["images"].items():
+            assert [e["prompt"] for e in entries] == list(engine_vision.PROMPTS), (pack_id, version)
+            assert len({e["ref"] for e in entries}) >= 2, (pack_id, version)
+
+
+@pytest.mark.parametrize("pack_id", IMAGE_PACKS)
+def test_a_reference_image_gives_the_engines_ids_and_rows(pack_id, ours_of, tmp_path):
+    """The trainer's side of the image check (bench/engine_vision.py: the pack's preprocessing, template, slots
+    and infer, on the check's 16-head tower) against the engine's recorded rows for the same references."""
+    ours = ours_of(pack_id)
+    images = engine_check.reference_images(ours.project.root, None)
+    for version, entries in FIXTURE["packs"][pack_id]["images"].items():
+        setup = engine_vision.prepare(ours, version, images, tmp_path / version, engine=False)
+        assert not isinstance(setup, str), setup
+        refs = {ref.name: ref for ref in setup.refs}
+        for entry in entries:
+            mine = engine_vision.predict_one(ours, setup, entry["prompt"], refs[entry["ref"]])
+            assert engine_vision.jsonable(mine["ids"]) == entry["ids"], (version, entry["prompt"])
+            assert entry["slots"] is None or mine["slots"] is None or mine["slots"] == entry["slots"]
+            for ours_rows, key in ((mine["rows"], "rows"), (mine["hidden"], "student"), (mine["vis"], "vis")):
+                assert engine_check.fingerprint_rel(ours_rows, entry[key]) <= engine_check.TOLERANCE, (
+                    version, entry["prompt"], key)
+
+
+@pytest.mark.parametrize("pack_id", TEACHER_PACKS)
+def test_the_teacher_targets_are_the_engines_own_teacher_rows(pack_id, ours_of, tmp_path):
+    """The pack's own teacher (bench/engine_teacher.py: a 36-layer tiny Qwen3 / Qwen3-VL, the pack's
+    build_teacher) against the rows the engine took from the same weights as --llm, no adapter."""
+    ours = ours_of(pack_id)
+    teacher, _ = engine_teacher.pack_teacher(ours, tmp_path, gguf=False)
+    for version, entries in FIXTURE["packs"][pack_id]["teacher"].items():
+        for entry in entries:
+            mine, ids = engine_teacher.predict_teacher(ours, teacher, entry["prompt"])
+            assert ids == entry["ids"], (version, entry["prompt"])
+            assert engine_check.fingerprint_rel(mine, entry["teacher"]) <= engine_check.TOLERANCE, (
+                version, entry["prompt"])
 
 
 def test_the_fingerprint_sees_one_wrong_element():

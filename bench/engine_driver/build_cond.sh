@@ -5,9 +5,10 @@
 # 1. the sdist's CMake builds its CPU backend (targets ggml: libggml.a + libgk.a), ~1-2 min;
 # 2. g++ compiles the engine .cpp files the text conditioners need (model loading, name
 #    conversion, the model manager, GGUF/safetensors readers, the tokenizers) with the flags
-#    the engine's CMake gives its diffusion library, plus vocab_cond.cpp (the vocabulary
-#    accessors these packs reach, reading the same compiled-in data as the engine's
-#    tokenizers/vocab/vocab.cpp) and the driver; ~4 min on 2 cores the first time.
+#    the engine's CMake gives its diffusion library, plus vocab_min.cpp and vocab_cond.cpp (the
+#    vocabulary accessors these packs reach, reading the same compiled-in data as the engine's
+#    tokenizers/vocab/vocab.cpp, and aborting stubs for the rest) and the driver; ~4 min on 2
+#    cores the first time.
 # Objects are cached in $OUT; a changed source is recompiled.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -52,7 +53,7 @@ for src in "${SOURCES[@]}" ; do
     obj="$B/$(echo "$src" | tr '/' '_' | sed 's/\.cpp$/.o/')"
     objects+=("$obj"); jobs+=("$S/$src|$obj")
 done
-objects+=("$B/vocab_cond.o" "$B/ggk_cond.o"); jobs+=("$HERE/vocab_cond.cpp|$B/vocab_cond.o" "$HERE/ggk_cond.cpp|$B/ggk_cond.o")
+for own in vocab_min vocab_cond ggk_cond; do objects+=("$B/$own.o"); jobs+=("$HERE/$own.cpp|$B/$own.o"); done
 printf '%s\n' "${jobs[@]}" | xargs -P "$JOBS" -I{} bash -c 'IFS="|" read -r src obj <<<"{}"; \
     if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ "$HERE/build_cond.sh" -nt "$obj" ]; then \
       echo "  CXX $(basename "$src")" >&2; "$CXX" '"${FLAGS[*]} ${INC[*]}"' -c "$src" -o "$obj" || exit 255; fi'

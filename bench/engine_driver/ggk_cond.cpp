@@ -11,7 +11,8 @@
 // with the same ConditionerParams fields the text-to-image path sets (:6181-6202). The model
 // version, which the engine reads from the DiT's tensor names, is given on the command line.
 //
-//   ggk_cond --version NAME --llm S.gguf --adapter A.gguf [--vision V.gguf] [--threads N] < prompts.jsonl
+//   ggk_cond --version NAME --llm S.gguf [--adapter A.gguf] [--vision V.gguf] [--threads N] < prompts.jsonl
+// (without --adapter, --llm is a teacher the conditioner runs itself)
 //
 // stdin: one JSON object a line {"text": "...", "dump": DIR, "images": [{"path", "width", "height",
 // "channels"}] (optional: raw 8-bit pixels, the references; the conditioner gets them as the pipeline
@@ -127,8 +128,8 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    if (version_name.empty() || llm.empty() || adapter.empty()) {
-        fprintf(stderr, "usage: ggk_cond --version NAME --llm S.gguf --adapter A.gguf [--vision V.gguf] < prompts.jsonl\n");
+    if (version_name.empty() || llm.empty()) {
+        fprintf(stderr, "usage: ggk_cond --version NAME --llm S.gguf [--adapter A.gguf] [--vision V.gguf] < prompts.jsonl\n");
         return 2;
     }
     const SDVersion version = version_named(version_name);
@@ -144,25 +145,28 @@ int main(int argc, char** argv) {
     model_manager->set_n_threads(threads);
     model_manager->set_enable_mmap(true);
     ModelLoader& loader = model_manager->loader();
-    if (!loader.init_from_file(llm, "text_encoders.llm.")) {
-        fprintf(stderr, "ggk_cond: loading llm from '%s' failed\n", llm.c_str());
-        return 1;
-    }
+    // the files in the engine's order; the engine converts the names once, under the version it read from
+    // the DiT (:1224): with no DiT here, the last file is loaded by init_from_file_and_convert_name, which sets
+    // the version first (model_loader.cpp:304-313), so the Qwen3-VL / Qwen3.5 mmproj names convert as under
+    // their versions (name_conversion.cpp:1449-1457). Without --adapter the conditioner runs the --llm model
+    // itself, the teacher path (SD_DUMP_COND: llm_hidden.bin, conditioner.hpp:2843-2893).
+    std::vector<std::pair<std::string, std::string>> files = {{llm, "text_encoders.llm."}};
     if (!vision.empty()) {
-        const std::string vprefix = sd_version_is_llada_image(version) ? "sigvq."
-                                    : sd_version_is_ming_image(version) ? "text_encoders.llm."
-                                                                         : "text_encoders.llm.visual.";
-        if (!loader.init_from_file(vision, vprefix)) {
-            fprintf(stderr, "ggk_cond: loading llm vision from '%s' failed\n", vision.c_str());
+        files.emplace_back(vision, sd_version_is_llada_image(version)   ? "sigvq."
+                                   : sd_version_is_ming_image(version) ? "text_encoders.llm."
+                                                                        : "text_encoders.llm.visual.");
+    }
+    if (!adapter.empty()) {
+        files.emplace_back(adapter, "text_encoders.llm_adapter.");
+    }
+    for (size_t i = 0; i < files.size(); i++) {
+        const auto& [path, prefix] = files[i];
+        const bool ok = i + 1 < files.size() ? loader.init_from_file(path, prefix)
+                                             : loader.init_from_file_and_convert_name(path, prefix, version);
+        if (!ok) {
+            fprintf(stderr, "ggk_cond: loading %s from '%s' failed\n", prefix.c_str(), path.c_str());
             return 1;
         }
-    }
-    // the engine converts the names once, under the version it read from the DiT (:1224); with no DiT here,
-    // the version is set first, as init_from_file_and_convert_name does (model_loader.cpp:304-313): the
-    // Qwen3-VL / Qwen3.5 mmproj names convert only under their versions (name_conversion.cpp:1449-1457)
-    if (!loader.init_from_file_and_convert_name(adapter, "text_encoders.llm_adapter.", version)) {
-        fprintf(stderr, "ggk_cond: loading llm adapter from '%s' failed\n", adapter.c_str());
-        return 1;
     }
     auto& tsm = loader.get_tensor_storage_map();
 
@@ -173,7 +177,7 @@ int main(int argc, char** argv) {
         // the student (llm) never carries the qwen35 vocabulary here: take it from the adapter
         std::vector<std::string> tokens, merges;
         std::string pre;
-        if (read_gguf_tokenizer(adapter, tokens, merges, &pre) && !merges.empty() && pre == "qwen35") {
+        if (!adapter.empty() && read_gguf_tokenizer(adapter, tokens, merges, &pre) && !merges.empty() && pre == "qwen35") {
             VocabProvider::instance().set_override("qwen35.vocab", Qwen35Tokenizer::vocab_json_from_tokens(tokens));
             VocabProvider::instance().set_override("qwen35.merges", Qwen35Tokenizer::merges_from_list(merges));
         }
