@@ -25,6 +25,12 @@ def _start(page, expect) -> None:
         expect(banner).to_contain_text("Pipeline started", timeout=60_000)
 
 
+def _wait_past(page, step: int) -> None:
+    """Until the Train tab's step metric reads more than `step`."""
+    page.wait_for_function("() => { const m = document.querySelector('#train-metrics [data-metric=\"step\"]');"
+                           f" return m && parseInt(m.textContent) > {step}; }}", timeout=180_000)
+
+
 def _step(page) -> int:
     return int(page.locator('#train-metrics [data-metric="step"]').inner_text().split("/")[0])
 
@@ -68,8 +74,7 @@ def test_train_running_stopped_resumed_and_the_output_guide(ctx, browser):  # no
         expect(page.locator('#train-metrics [data-metric="step"]')).to_contain_text(f"/ {MANY_STEPS}",
                                                                                      timeout=120_000)
         expect(page.locator("#banner")).to_contain_text("Pipeline started")     # it stays while the run goes on
-        page.wait_for_function("() => { const m = document.querySelector('#train-metrics [data-metric=\"step\"]');"
-                               f" return m && parseInt(m.textContent) > {demo_cache.STEPS} + 20; }}", timeout=180_000)
+        _wait_past(page, demo_cache.STEPS + 20)
         labels_apart(page)
         shot(page, "train-running")
 
@@ -91,8 +96,7 @@ def test_train_running_stopped_resumed_and_the_output_guide(ctx, browser):  # no
         # resumed: from the stopped step on
         _start(page, expect)
         expect(train).to_have_attribute("data-status", "running", timeout=120_000)
-        page.wait_for_function("() => { const m = document.querySelector('#train-metrics [data-metric=\"step\"]');"
-                               f" return m && parseInt(m.textContent) > {stopped_at}; }}", timeout=180_000)
+        _wait_past(page, stopped_at)
         labels_apart(page)
         shot(page, "train-resumed")
         page.locator("#train-stop").click()
