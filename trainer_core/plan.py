@@ -6,11 +6,11 @@ Two sources, named in every figure:
 * **calibration** (`calibrate`, `gguf-trainer plan --calibrate`, the Setup tab's button): the real
   stages run, as processes, on a scratch copy of the project under `<project>/.calibration/` with a
   small corpus drawn the same way (two train shards, one val shard, 30 training steps). Each stage's
-  wall time, its processes' peak RSS (wait4) and what it wrote are measured, and scaled to the
-  project's counts: precompute as fixed + per-sample (from the val and train splits), training as
-  fixed + per-step + per-validation (from the stage's own log and val events), the corpus and the
-  evaluation by the samples they read. Cached in `calibration.json` under a key of the settings
-  and the materials, so a changed setting asks for a new one.
+  wall time, its processes' peak RSS (each one's own VmHWM, procs.wait_peak_rss) and what it wrote
+  are measured, and scaled to the project's counts: precompute as fixed + per-sample (from the val
+  and train splits), training as fixed + per-step + per-validation (from the stage's own log and val
+  events), the corpus and the evaluation by the samples they read. Cached in `calibration.json`
+  under a key of the settings and the materials, so a changed setting asks for a new one.
 * **estimate**: without a calibration, the disk from the pack's shapes (shards, checkpoints, the
   GGUF) and rough times and memory from FLOPs and the benches' throughputs (plan_estimate.py),
   each figure saying it is rough (within ×2 of every demo run: tests/test_plan.py).
