@@ -80,3 +80,35 @@ def test_a_stage_over_several_ranks_shows_each_ranks_progress():
     assert "rank 0 2/3 · rank 1 0/3" in stage_strip_html(report, progress)
     merge_progress(progress, "train", {"count": 5, "total": 10, "unit": "steps"}, 4.0)
     assert "ranks" not in progress["train"]
+
+
+def test_a_report_read_earlier_never_replaces_a_later_one(tmp_path, monkeypatch):
+    """The view's thread and the GUI's poke read the report at the same time: the reading that began first
+    (before a Start, say) must not land over the one that began after it."""
+    import threading
+
+    import trainer_core.supervisor as supervisor
+    project = Project.create(tmp_path / "p", "t5xxl_pixart")
+    view = LiveView(project.root)
+    real = supervisor.status_report
+    first_reading, release = threading.Event(), threading.Event()
+    calls = []
+
+    def slow_then_fast(p):
+        calls.append(len(calls))
+        report = real(p)
+        if len(calls) == 1:                  # the earlier reading: it saw "idle", and lands last
+            first_reading.set()
+            assert release.wait(30)
+            return {**report, "status": "idle-before"}
+        return {**report, "status": "running-after"}
+    monkeypatch.setattr(supervisor, "status_report", slow_then_fast)
+    earlier = threading.Thread(target=view._read_report)
+    earlier.start()
+    assert first_reading.wait(30)
+    view._read_report()                      # began after the first: shown
+    assert view.snapshot()["report"]["status"] == "running-after"
+    release.set()
+    earlier.join(30)
+    assert view.snapshot()["report"]["status"] == "running-after"
+    assert view.snapshot()["report"]["read_at"] > 0

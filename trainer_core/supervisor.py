@@ -156,14 +156,19 @@ class LiveView:
             self.log_version += 1
 
     def _read_report(self) -> None:
+        # the GUI's thread (poke) and the view's thread both read: the report says when its reading began
+        # ("read_at"), and a reading that began before the one shown never replaces it; a banner that waits
+        # for a run is judged only by a report read after the banner (ui/action_banner.py)
+        started = time.time()
         try:
             self.project.reload()
-            report = status_report(self.project)
+            report = {**status_report(self.project), "read_at": started}
             error = None
         except (TrainerError, OSError, ValueError) as e:
             report, error = self.report, str(e)
         with self._lock:
-            self.report, self.report_error = report, error
+            if started >= float(self.report.get("read_at", 0.0)):
+                self.report, self.report_error = report, error
 
     def _read_hardware(self) -> None:
         machine = {**self._machine(), "disk_free_gib": disk_free_gib(self.root)}

@@ -27,7 +27,7 @@ RUN, SNAPSHOT = "run", "snapshot"          # what a banner waits for: the projec
 # (the Supervisor reads the report every 3 s when idle)
 SILENT_JOB_S = 15.0
 _OPENING = re.compile(r'^<div class="gt-banner[^>]*>')
-_MARK = re.compile(r'data-(wait|pid|at)="(\w+)"')
+_MARK = re.compile(r'data-(wait|pid|at)="([\w.]+)"')
 
 
 def run_outcome(report: dict[str, Any]) -> str:
@@ -64,6 +64,8 @@ def follow_up(shown: str | None, report: dict[str, Any] | None) -> str | None:
     marks = dict(_MARK.findall(opening.group(0))) if opening else {}
     if "wait" not in marks or not report:
         return None
+    if float(report.get("read_at", float("inf"))) < float(marks.get("at", 0)):
+        return None                  # read before the action: what it shows may be the run before this one
     if marks["wait"] == RUN:
         return None if report.get("status") == "running" else run_outcome(report)
     if marks["wait"] == SNAPSHOT:

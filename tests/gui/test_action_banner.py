@@ -29,6 +29,15 @@ def test_a_run_banner_stays_while_the_run_goes_on_and_then_says_how_it_ended():
     assert "data-wait" not in follow_up(STARTED, _report("stopped"))      # the outcome waits for nothing
 
 
+def test_a_report_read_before_the_banner_never_judges_it():
+    """A report read before Start returned shows the run before this one (done, stopped): the banner of
+    the new run stays until a report read after it."""
+    shown = banner("Pipeline started (pid 4242); follow it on the Train tab.", "ok", wait=RUN)
+    assert follow_up(shown, _report("done", read_at=time.time() - 1)) is None
+    assert "The run finished" in follow_up(shown, _report("done", read_at=time.time() + 1))
+    assert follow_up(shown, _report("running", read_at=time.time() + 1)) is None
+
+
 def test_a_snapshot_banner_waits_for_its_own_job(monkeypatch):
     real_time = time.time
     shown = banner("Snapshot export started (pid 4242)", "ok", wait=SNAPSHOT, pid=4242)
@@ -64,6 +73,8 @@ def test_the_tick_replaces_the_stop_banner_by_the_outcome_and_leaves_others(ctx)
     # the handler's own banner; nothing runs here, so it has nothing to wait for: the next tick clears it
     stop = train_tab.stop_run(ctx, root)
     assert "Stop requested" in stop and 'data-wait="run"' in stop
+    assert not isinstance(train_tab.train_tick(ctx, root, -1, stop)[BANNER], str)   # read before it: not judged
+    ctx.supervisor.poke(root)                                                # the next reading
     assert train_tab.train_tick(ctx, root, -1, stop)[BANNER] == ""
     # a run that ended stopped, as its driver leaves state.json: the tick says so in the banner's place
     project = Project.open(root)

@@ -107,12 +107,14 @@ def test_a_projects_root_inside_the_limits_but_too_long_with_the_name_creates_no
     """The root alone fits; root/name does not: refused as the project folder, no root folders made."""
     _, path_max = limits(ctx.projects_root)
     base = str(ctx.projects_root)
-    parts = (path_max - 1 - len(base)) // 251           # as many 250-character folders as still fit
+    parts = (path_max - 2 - len(base)) // 251           # as many 250-character folders as leave room for one more
     root = os.path.join(base, *(["d" * 250] * parts))
-    assert len(root) < path_max - 1 and len(root) + 1 + 250 >= path_max
+    name = "e" * (path_max - len(root) - 1)              # root/name: one character more than the filesystem allows
+    assert len(root) < path_max - 1 and 1 <= len(name) <= 251
     before = tree(ctx.projects_root, ctx.demo_root)
-    out = setup_tab.create_project(ctx, "e" * 250, PACK, root)
-    target = os.path.join(root, "e" * 250)
+    out = setup_tab.create_project(ctx, name, PACK, root)
+    target = os.path.join(root, name)
+    assert len(target) == path_max
     assert banner_text(out[1]) == (f"The project folder path is {len(target)} characters long; this filesystem "
                                    f"allows at most {path_max - 1} — choose a shorter path.")
     assert out[0] is None

@@ -107,7 +107,8 @@ def test_extending_a_run_does_not_reexport_when_best_does_not_improve(project, r
 
 def test_snapshot_while_training_runs(project, run_cli):
     reset(project, "train")
-    project.update_settings(["train.steps=120"])
+    planned = 5000                   # more than it trains before it is stopped, however slow the machine is
+    project.update_settings([f"train.steps={planned}"])
     tail = EventTailer(project.events_jsonl, offset=project.events_jsonl.stat().st_size)  # this run's events only
     r = run_cli("start", "--project", str(project.root), "--only", "train")
     pid = int(re.search(r"pid (\d+)", r.stdout).group(1))
@@ -117,14 +118,16 @@ def test_snapshot_while_training_runs(project, run_cli):
     assert r.returncode == 0, r.stderr
     (entry,) = json.loads(project.snapshots_json.read_text())["snapshots"]
     assert entry["while_training"] is True and entry["checkpoint"] == "last" and entry["val_cos"] is not None
-    assert entry["planned_steps"] == 120 and 20 <= entry["step"] < 120
+    assert entry["planned_steps"] == planned and 20 <= entry["step"] < planned
     path = Path(entry["path"])
     assert path.name == f"pig_t5_adapter-step{entry['step']}-f16.gguf" and path.parent == project.output_dir()
     kvs = read_gguf_kvs(path)
     assert kvs["adapter.snapshot"] is True and kvs["adapter.trained_steps"] == entry["step"]
-    assert kvs["adapter.planned_steps"] == 120 and kvs["adapter.checkpoint"] == "last"
+    assert kvs["adapter.planned_steps"] == planned and kvs["adapter.checkpoint"] == "last"
+    assert psutil.pid_exists(pid)                                       # training goes on
+    assert run_cli("stop", "--project", str(project.root)).returncode == 0
     wait_exit(pid)
-    assert json.loads((project.checkpoints_dir / "last.json").read_text())["step"] == 120   # training went on
+    assert json.loads((project.checkpoints_dir / "last.json").read_text())["step"] >= entry["step"]
     assert not project.snapshot_file.exists()
 
 
