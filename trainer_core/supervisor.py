@@ -61,6 +61,8 @@ class LiveView:
         self._machine = machine or (lambda: machine_reading(None))
         self.project = Project.open(root)
         self._lock = threading.Lock()
+        # one reading at a time: the thread and the GUI's poke share the project object and the tailers' offsets
+        self._reading = threading.Lock()
         self._events = EventTailer(self.project.events_jsonl)
         self._events.offset = self.project.events_jsonl.stat().st_size if self.project.events_jsonl.is_file() else 0
         # a resume rewrites these shorter (atomically): the tailer then restarts and so does the chart
@@ -86,6 +88,10 @@ class LiveView:
 
     # ------------------------------------------------------------ reading (the thread)
     def refresh(self, force: bool = False) -> None:
+        with self._reading:
+            self._refresh(force)
+
+    def _refresh(self, force: bool) -> None:
         now = time.monotonic()
         changed = self._read_events()
         self._read_metrics()
@@ -156,9 +162,9 @@ class LiveView:
             self.log_version += 1
 
     def _read_report(self) -> None:
-        # the GUI's thread (poke) and the view's thread both read: the report says when its reading began
-        # ("read_at"), and a reading that began before the one shown never replaces it; a banner that waits
-        # for a run is judged only by a report read after the banner (ui/action_banner.py)
+        # the report says when its reading began ("read_at"): a banner that waits for a run is judged only
+        # by a report read after the banner (ui/action_banner.py); readings are serialised (refresh), and
+        # one that began earlier never replaces a later one all the same
         started = time.time()
         try:
             self.project.reload()

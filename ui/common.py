@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import math
 import time
 from typing import Any
 
@@ -20,7 +21,8 @@ def banner(message: str | None, kind: str = "error", wait: str | None = None, pi
         return ""
     color = {"error": "#b91c1c", "notice": "#92400e", "ok": "#166534"}[kind]
     back = {"error": "#fee2e2", "notice": "#fef3c7", "ok": "#dcfce7"}[kind]
-    marks = (f' data-wait="{html.escape(wait)}" data-at="{time.time():.3f}"' if wait else "") + \
+    at = math.floor(time.time() * 1000) / 1000   # rounded down: a report read after the action is never "before" it
+    marks = (f' data-wait="{html.escape(wait)}" data-at="{at:.3f}"' if wait else "") + \
         (f' data-pid="{int(pid)}"' if pid else "")
     return (f'<div class="gt-banner gt-{kind}"{marks} style="padding:8px 12px;border-radius:6px;'
             f'background:{back};color:{color};white-space:pre-line">{html.escape(message)}</div>')
