@@ -41,7 +41,7 @@ def write_teacher(folder: Path, gguf: bool = True) -> tuple[Path, Path | None]:
     import torch
     from transformers import Qwen3ForCausalLM
 
-    from trainer_core.demo.fixtures import tiny_qwen3_config, write_qwen_tokenizer, write_student_gguf
+    from trainer_core.packs.common.tiny_models import tiny_qwen3_config, write_qwen_tokenizer, write_student_gguf
     config = tiny_qwen3_config(hidden_size=64, layers=36, heads=2, kv_heads=1, head_dim=128, intermediate=128)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
@@ -63,7 +63,7 @@ def write_vl_teacher(folder: Path, gguf: bool = True) -> tuple[Path, Path | None
     import torch
     from safetensors.torch import load_file, save_file
 
-    from trainer_core.demo.fixtures import write_student_gguf
+    from trainer_core.packs.common.tiny_models import write_student_gguf
     from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
     write_tiny_qwen3vl(folder, hidden=64, layers=36, text=_TEXT)
     gen = torch.Generator().manual_seed(SEED)

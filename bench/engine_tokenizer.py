@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import engine_t5_fixture  # noqa: E402
 from trainer_core.contract.engine_bpe import EngineBPE  # noqa: E402
 from trainer_core.contract.engine_t5 import EngineT5  # noqa: E402
-from trainer_core.demo.fixtures import write_qwen_tokenizer  # noqa: E402
+from trainer_core.packs.common.tiny_models import write_qwen_tokenizer  # noqa: E402
 from trainer_core.packs import get_pack  # noqa: E402
 
 PACK_IDS = ("t5xxl_pixart", "llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage")

@@ -308,11 +308,11 @@ def _compile(trainer: Trainer) -> None:
 def bench_precompute(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     from transformers import Qwen3Model
 
-    from trainer_core.demo.build import build_demo
-    from trainer_core.demo.fixtures import demo_prompts
+    from trainer_core.demo import build_demo
+    from trainer_core.packs.common.tiny_models import demo_prompts
     from trainer_core.stages import corpus as corpus_stage
     from trainer_core.stages import precompute as precompute_stage
-    from trainer_core.demo.fixtures import tiny_qwen3_config, write_student_config, write_student_gguf
+    from trainer_core.packs.common.tiny_models import tiny_qwen3_config, write_student_config, write_student_gguf
     from trainer_core.packs.common.t5.tiny import write_tiny_t5
 
     started = time.perf_counter()
@@ -470,8 +470,8 @@ def write_real_student(materials: Path, smoke: bool) -> tuple[Path, Path]:
     """pig_clip's config (Qwen3-0.6B; one layer in a smoke run) as an f16 GGUF + its tokenizer folder."""
     from transformers import Qwen3Model
 
-    from trainer_core.demo.fixtures import tiny_qwen3_config, write_qwen_tokenizer, write_student_config
-    from trainer_core.demo.fixtures import write_student_gguf
+    from trainer_core.packs.common.tiny_models import tiny_qwen3_config, write_qwen_tokenizer, write_student_config
+    from trainer_core.packs.common.tiny_models import write_student_gguf
     c = PIG_CLIP
     config = tiny_qwen3_config(hidden_size=c["hidden_size"], layers=1 if smoke else c["layers"], heads=c["heads"],
                                kv_heads=c["kv_heads"], head_dim=c["head_dim"], intermediate=c["intermediate"])
@@ -514,7 +514,7 @@ def peak_memory(device: torch.device) -> dict[str, float]:
 def bench_real_pack(pack: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """One pack at its real size in this process: write the models, the corpus stage, precompute val
     (loads the models, untimed), then train timed per teacher placement, then the train stage."""
-    from trainer_core.demo.fixtures import demo_prompts, write_demo_images
+    from trainer_core.packs.common.tiny_models import demo_prompts, write_demo_images
     from trainer_core.stages import corpus as corpus_stage
     from trainer_core.stages import precompute as precompute_stage
 

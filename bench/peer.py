@@ -119,7 +119,7 @@ def build_inputs(folder: Path, images: bool) -> None:
     import torch
     from transformers import Qwen3Model
 
-    from trainer_core.demo.fixtures import (SEED, demo_prompts, tiny_qwen3_config, write_demo_images,
+    from trainer_core.packs.common.tiny_models import (SEED, demo_prompts, tiny_qwen3_config, write_demo_images,
                                             write_qwen_tokenizer, write_student_config, write_student_gguf)
     folder.mkdir(parents=True, exist_ok=True)
     done = folder / ".student-done"

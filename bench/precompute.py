@@ -3,7 +3,7 @@
     python bench/precompute.py [--prompts N] [--repeat R] [--device cpu|cuda] [--shard-size S]
                                [--threads T] [--profile FILE]
 
-A demo project (trainer_core.demo.build) is built in a temp folder with N synthetic train prompts,
+A demo project (trainer_core.demo) is built in a temp folder with N synthetic train prompts,
 its corpus stage is run for real, and the student and teacher are loaded once with the
 precompute stage's own `load_models`. Then, over the same train shards, rounds run
 interleaved (warm-up A B, then A B A B ...):
@@ -42,8 +42,8 @@ import torch
 
 from trainer_core.contract import shards as shards_io
 from trainer_core.contract.batching import greedy_batches
-from trainer_core.demo.build import build_demo
-from trainer_core.demo.fixtures import demo_prompts
+from trainer_core.demo import build_demo
+from trainer_core.packs.common.tiny_models import demo_prompts
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import ListReport
 from trainer_core.project import Project
@@ -52,7 +52,7 @@ from trainer_core.stages import corpus as corpus_stage
 from trainer_core.contract.corpus_files import read_corpus
 from trainer_core.stages.precompute import load_models
 
-BENCH_SEED = 7  # the synthetic corpus; the demo's own prompts use trainer_core.demo.build.SEED
+BENCH_SEED = 7  # the synthetic corpus; the demo's own prompts use trainer_core.demo.SEED
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@
         [--width W] [--depth D] [--batch B] [--rounds R] [--threads T] [--scale S]
         [--cadence default|demo] [--profile FILE] [--no-rss]
 
-A demo project (trainer_core.demo.build) of the pack (`--pack`, any demo pack; PixArt by default) is
+A demo project (trainer_core.demo) of the pack (`--pack`, any demo pack; PixArt by default) is
 built in a temp folder with N synthetic train prompts (image packs: N samples, half with a reference
 image); its corpus and precompute stages run for real. The defaults (width 128, depth 2, batch 32, 300
 steps) keep a whole run near 3 minutes on 2 CPU cores. `--cadence default` (the default) keeps
@@ -58,8 +58,8 @@ import torch
 
 from trainer_core.base.allocator import keep_heap_pad, keep_large_blocks
 from trainer_core.contract.kinds import build_adapter
-from trainer_core.demo.build import build_demo
-from trainer_core.demo.fixtures import demo_prompts
+from trainer_core.demo import build_demo
+from trainer_core.packs.common.tiny_models import demo_prompts
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import ListReport
 from trainer_core.contract.objective import batch_loss, model_outputs
@@ -73,7 +73,7 @@ from trainer_core.contract.corpus_files import read_corpus
 from trainer_core.stages.train import Trainer, large_block_step
 from trainer_core.contract.stream import Batch, ShardStream
 
-BENCH_SEED = 7    # the synthetic corpus; the demo's own prompts use trainer_core.demo.build.SEED
+BENCH_SEED = 7    # the synthetic corpus; the demo's own prompts use trainer_core.demo.SEED
 STAGE_PARTS = ("stream", "train_step", "validate", "save", "metrics", "keep_step")
 
 

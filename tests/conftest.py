@@ -91,7 +91,7 @@ def run_cli():
 def demo_with_corpus(root: Path, pack_id: str = "t5xxl_pixart", settings: tuple[str, ...] = ()) -> Path:
     """`build_demo` at `root`, `settings` applied, its corpus stage run; returns the folder (a
     template that tests copy with `copy_project`)."""
-    from trainer_core.demo.build import build_demo
+    from trainer_core.demo import build_demo
     from trainer_core.base.events import ListReport
     from trainer_core.project import Project
     from trainer_core.stages import corpus

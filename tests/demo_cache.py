@@ -127,7 +127,7 @@ def _make(pack_id: str, what: str) -> Path:
                                "written_bytes": _tree_bytes(top) - before}
                     (_ROOT / f"{what}-{pack_id}.run.json").write_text(json.dumps(figures), encoding="utf-8")
                 else:
-                    from trainer_core.demo.build import build_demo
+                    from trainer_core.demo import build_demo
                     project = build_demo(project_root, pack_id)
                     project.update_settings(list(SETTINGS))
             finally:

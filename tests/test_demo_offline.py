@@ -70,7 +70,7 @@ def test_the_demo_through_the_cli_and_the_materials_panel_makes_no_hub_request(h
 
 
 def test_a_mock_teacher_demo_reads_ready_or_not_needed_with_paths(hub, tmp_path):
-    from trainer_core.demo.build import build_demo
+    from trainer_core.demo import build_demo
     from ui import materials_panel
     from ui.setup_tab import missing_required
     project = build_demo(tmp_path / "llada", "llada_image")
@@ -102,7 +102,7 @@ def test_a_mock_teacher_demo_reads_ready_or_not_needed_with_paths(hub, tmp_path)
 
 
 def test_a_real_project_never_links_a_demos_tiny_models(tmp_path, monkeypatch):
-    from trainer_core.demo.build import build_demo
+    from trainer_core.demo import build_demo
     demo = build_demo(tmp_path / "demo", "llada_image")
     tokenizer = demo.materials_dir / "pig-clip-tokenizer"
     material = demo.pack.material("student_tokenizer")

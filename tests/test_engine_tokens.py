@@ -15,7 +15,7 @@ import pytest
 
 from trainer_core.contract.engine_bpe import EMPTY_TOKEN_ID, EngineBPE, token_split
 from trainer_core.contract.prompt_attention import parse_prompt_attention, plain_text
-from trainer_core.demo.fixtures import write_qwen_tokenizer
+from trainer_core.packs.common.tiny_models import write_qwen_tokenizer
 from trainer_core.packs import get_pack
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -172,7 +172,7 @@ def test_inspect_a_student_and_junk(tmp_path, run_cli):
 def test_infer_from_a_prompt_through_template_and_student(tmp_path, run_cli):
     from trainer_core.packs import get_pack
     from trainer_core.contract.student import load_student
-    from trainer_core.demo.fixtures import (tiny_qwen3_config, write_qwen_tokenizer, write_student_config,
+    from trainer_core.packs.common.tiny_models import (tiny_qwen3_config, write_qwen_tokenizer, write_student_config,
                                             write_student_gguf)
     from transformers import Qwen3Model
 

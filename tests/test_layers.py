@@ -39,8 +39,6 @@ def layer_of(module: str) -> str:
         return "base"
     if parts[1] == "contract":
         return "contract"
-    if module in ("trainer_core.demo", "trainer_core.demo.fixtures"):
-        return "fixtures"
     if parts[1] == "packs":
         return "packs"
     if module == "trainer_core.project":

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer, Qwen3Model
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.student import (EMPTY_TOKEN_ID, Student, load_student, load_tokenizer,
                                   read_student_gguf, tokenize)
-from trainer_core.demo.fixtures import (QWEN_ADDED_TOKENS, tiny_qwen3_config, write_qwen_tokenizer,
+from trainer_core.packs.common.tiny_models import (QWEN_ADDED_TOKENS, tiny_qwen3_config, write_qwen_tokenizer,
                                write_student_config, write_student_gguf)
 
 PROMPTS = [

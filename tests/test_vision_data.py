@@ -11,7 +11,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.demo.fixtures import write_qwen_tokenizer
+from trainer_core.packs.common.tiny_models import write_qwen_tokenizer
 from trainer_core.packs.common.qwen3vl.vision_data import (CLIP_MEAN, CLIP_STD, IMAGE_PAD, SUFFIX_IDS, VISION_END,
                                                     VISION_START, build_sample, check_templates, clip_preprocess,
                                                     image_tokens, patchify, preprocess, sample_string, target_size)

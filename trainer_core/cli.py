@@ -456,7 +456,7 @@ def _steps_hint(project: Project, steps: int) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from trainer_core.demo.build import build_demo
+    from trainer_core.demo import build_demo
     from trainer_core.packs import get_pack
     from trainer_core.term_progress import TerminalBars
     # under the projects root, not the current folder (a clone, say): the GUI's demo goes there too

@@ -19,7 +19,7 @@ are `materials/.downloads/<id>.pid|.status|.log`), holding `materials/.downloads
 a second job for the same material finds the lock held and exits at once, so two requests never make two
 downloads. Whether a download runs is decided by that lock; a job that died is not a failure: it resumes.
 
-A demo project (`materials/.demo.json`, by demo/build.py) never reaches the Hub: its tiny local models
+A demo project (`materials/.demo.json`, by demo.py) never reaches the Hub: its tiny local models
 are `ready` where they lie, one it runs without (a mocked teacher) `not needed`; no discovery, no download.
 """
 from __future__ import annotations

@@ -30,7 +30,7 @@ def run_demo(ctx: Ctx, pack_id: str = DEMO_PACKS[0], current: str | None = None)
     exists is opened: running, it is left alone; unfinished, it is resumed (its finished stages are
     kept); complete, nothing starts and the "afresh" confirm (`restart_demo`) is offered. Refused,
     the project open now (`current`) stays open."""
-    from trainer_core.demo.build import build_demo
+    from trainer_core.demo import build_demo
     offer, kind, wait = False, "ok", RUN           # a started run: its banner gives way to its outcome
     try:
         pack = get_pack(pack_id)
@@ -75,7 +75,7 @@ def _demo_outputs(project: Project, demo_root: Path) -> list[Path]:
 def restart_demo(ctx: Ctx, current: str | None) -> tuple:
     """The "afresh" confirm: delete the open demo's folder (and its exports beside it), build the demo
     again from nothing as the demo button does the first time, and start it."""
-    from trainer_core.demo.build import build_demo
+    from trainer_core.demo import build_demo
     from trainer_core.materials import is_demo
     if not current:
         return ProjectView.of(ctx, None, "Press Try the demo first.", "error")

@@ -40,7 +40,7 @@ def student_dir(tmp_path_factory):
     """A pig_clip snapshot folder (real Qwen BPE + a tiny Qwen3 config) and its f32 student GGUF."""
     from transformers import Qwen3Model
 
-    from trainer_core.demo.fixtures import (tiny_qwen3_config, write_qwen_tokenizer, write_student_config,
+    from trainer_core.packs.common.tiny_models import (tiny_qwen3_config, write_qwen_tokenizer, write_student_config,
                                             write_student_gguf)
     folder = tmp_path_factory.mktemp("student")
     config = tiny_qwen3_config(hidden_size=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128)

@@ -20,7 +20,7 @@ from trainer_core.packs.common.qwen3vl.qwenimage_data import (SYSTEM, build_samp
                                          target_size)
 from trainer_core.contract.shards import Shard, shard_files
 from trainer_core.contract.stream import val_batches
-from trainer_core.demo.fixtures import write_qwen_tokenizer
+from trainer_core.packs.common.tiny_models import write_qwen_tokenizer
 from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
 from trainer_core.packs.common.qwen3vl.vision_data import IMAGE_PAD, SUFFIX_IDS, patchify
 

@@ -1,4 +1,4 @@
-"""The PixArt teacher on a tiny real T5 encoder (written by trainer_core.demo.fixtures) and the mock.
+"""The PixArt teacher on a tiny real T5 encoder (written by trainer_core.packs.common.tiny_models) and the mock.
 
 The windows are the engine's (contract/engine_t5.py; tests/packs/test_engine_t5.py checks them
 against ggk's own tokenizer): here they are checked for their shape rules (pieces + EOS, pad 0 to

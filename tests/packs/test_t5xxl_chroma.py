@@ -73,7 +73,7 @@ def teacher(teacher_dir):
 @pytest.fixture(scope="module")
 def prompts(teacher):
     """Demo-like prompts, the empty prompt, and one of more than 511 pieces."""
-    from trainer_core.demo.fixtures import demo_prompts
+    from trainer_core.packs.common.tiny_models import demo_prompts
     texts = demo_prompts()
     long = " ".join(texts[:60])
     assert len(teacher.tokenizer.encode(long)) > WINDOW - 1

@@ -17,7 +17,7 @@ import torch
 from conftest import REPO, copy_project, demo_with_corpus
 from trainer_core.contract.corpus_files import read_corpus
 from trainer_core.contract.engine_bpe import TOKENIZATION
-from trainer_core.demo.build import build_demo
+from trainer_core.demo import build_demo
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import ListReport, parse_event
 from trainer_core.project import Project

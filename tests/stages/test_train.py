@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from trainer_core.demo.build import build_demo
+from trainer_core.demo import build_demo
 from trainer_core.base.errors import TrainerError
 from trainer_core.base.events import ListReport, parse_event
 from trainer_core.contract.losses import row_cos

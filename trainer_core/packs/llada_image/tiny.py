@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from trainer_core.base.atomic import atomic_path, atomic_write_json, atomic_write_text
-from trainer_core.demo.fixtures import write_qwen_tokenizer
+from trainer_core.packs.common.tiny_models import write_qwen_tokenizer
 
 __all__ = ["write_tiny_llada", "write_tiny_sigvq"]
 

@@ -285,7 +285,7 @@ class MingPack(VisionPack):
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny random Ming snapshot (thinker, tower, connector, projections, a small Ling-format
         tokenizer) and generated captioned scenes."""
-        from trainer_core.demo.fixtures import write_demo_images
+        from trainer_core.packs.common.tiny_models import write_demo_images
         from trainer_core.packs.ming_image.tiny import write_tiny_ming, write_tiny_stock_mmproj
         write_tiny_ming(self.resolve_material(project, "teacher"), cap_dim=96, direct_dim=128)
         write_tiny_stock_mmproj(project.materials_dir / "mmproj-tiny-qwen2.5vl-f16.gguf",

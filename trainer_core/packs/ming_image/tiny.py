@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from trainer_core.base.atomic import atomic_path, atomic_write_json, atomic_write_text
-from trainer_core.demo.fixtures import added_tokens, byte_level_bpe_json, demo_prompts, train_byte_bpe
+from trainer_core.packs.common.tiny_models import added_tokens, byte_level_bpe_json, demo_prompts, train_byte_bpe
 from trainer_core.packs.ming_image.ling import THINKER_PREFIX, LingConfig, LingThinker
 from trainer_core.packs.ming_image.template import (IMAGE_END, IMAGE_PATCH, IMAGE_START, SUFFIX, SYSTEM_PREFIX,
                                                     check_template)

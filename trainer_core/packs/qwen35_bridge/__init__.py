@@ -254,7 +254,7 @@ class BridgePack(VisionPack):
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny random Qwen3.5 (with a small Qwen3.5-format tokenizer), a tiny Qwen3-VL for the Klein head,
         and generated captioned scenes."""
-        from trainer_core.demo.fixtures import write_demo_images
+        from trainer_core.packs.common.tiny_models import write_demo_images
         from trainer_core.packs.qwen35_bridge.tiny import write_tiny_qwen35
         from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
         write_tiny_qwen35(self.resolve_material(project, "teacher"))

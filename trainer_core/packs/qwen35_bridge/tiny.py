@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from trainer_core.base.atomic import atomic_write_json, atomic_write_text
-from trainer_core.demo.fixtures import added_tokens, byte_level_bpe_json, demo_prompts, train_byte_bpe
+from trainer_core.packs.common.tiny_models import added_tokens, byte_level_bpe_json, demo_prompts, train_byte_bpe
 from trainer_core.packs.qwen35_bridge.template import (FIRST_SPECIAL_ID, NEWLINE, PREFIX, SPECIAL_TOKENS, SUFFIX,
                                                        check_template)
 

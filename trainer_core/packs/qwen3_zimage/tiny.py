@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from trainer_core.demo.fixtures import tiny_qwen3_config, write_qwen_tokenizer
+from trainer_core.packs.common.tiny_models import tiny_qwen3_config, write_qwen_tokenizer
 
 __all__ = ["write_tiny_qwen3"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from trainer_core.base.atomic import atomic_write_json
-from trainer_core.demo.fixtures import write_qwen_tokenizer
+from trainer_core.packs.common.tiny_models import write_qwen_tokenizer
 
 __all__ = ["write_tiny_qwen3vl"]
 

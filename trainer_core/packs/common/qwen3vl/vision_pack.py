@@ -334,7 +334,7 @@ class VisionPack(TrainerPack):
 
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny random Qwen3-VL teacher and generated captioned scenes under materials/demo_images."""
-        from trainer_core.demo.fixtures import write_demo_images
+        from trainer_core.packs.common.tiny_models import write_demo_images
         from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
         write_tiny_qwen3vl(self.resolve_material(project, "teacher"))
         write_demo_images(project.materials_dir / "demo_images", DEMO_IMAGES)

@@ -1,4 +1,4 @@
-"""`gguf-trainer demo`: a complete project on tiny offline models, built in seconds.
+"""`gguf-trainer demo`: a complete project on tiny offline models, built in seconds (the demo builder, a service).
 
 The student is a random Qwen3 with pig_clip's architecture at toy width, written as a
 pig_clip-layout GGUF next to a real Qwen BPE tokenizer folder; the teacher is what the pack's
@@ -19,7 +19,7 @@ from typing import Callable
 
 from trainer_core.base.atomic import atomic_write_text
 from trainer_core.base.errors import UsageError
-from trainer_core.demo.fixtures import SEED, demo_prompts
+from trainer_core.packs.common.tiny_models import SEED, demo_prompts
 from trainer_core.materials import mark_demo
 from trainer_core.packs import DEMO_PACKS, get_pack
 from trainer_core.packs.base import DEMO_SETTINGS
@@ -36,7 +36,7 @@ def build_demo(root: str | Path, pack_id: str = DEMO_PACKS[0],
     import torch
     from transformers import Qwen3Model
 
-    from trainer_core.demo.fixtures import (tiny_qwen3_config, write_qwen_tokenizer, write_student_config,
+    from trainer_core.packs.common.tiny_models import (tiny_qwen3_config, write_qwen_tokenizer, write_student_config,
                                             write_student_gguf)
 
     pack = get_pack(pack_id)

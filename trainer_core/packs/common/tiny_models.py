@@ -9,7 +9,7 @@ the app's offline demo run the same code paths as a real pig_clip student:
   out like `callgg/pig-clip-tokenizer` (config, generation config, four tokenizer files).
 * `write_student_gguf` writes a Qwen3 model's weights in the pig_clip GGUF layout.
 
-The packs' tiny teachers live beside their packs (`packs/*/tiny.py`).
+The packs' tiny teachers live beside their packs (`packs/*/tiny.py`) or their family (`common/*/tiny.py`).
 """
 from __future__ import annotations
 
