@@ -43,7 +43,7 @@ def fingerprint(project_dir: Path) -> dict:
     from trainer_core.project import Project
     project = Project.open(project_dir)
     return {"gguf": sha256(project.gguf_path()),
-            "extras": {p.name: sha256(p) for p in project.pack.extra_outputs(project)},
+            "extras": {p.name: sha256(p) for p in project.pack.extras.outputs(project)},
             "eval": eval_fingerprint(project.eval_json)}
 
 

@@ -57,6 +57,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import engine_teacher  # noqa: E402
 import engine_vision  # noqa: E402
 from engine_tokenizer import VERSION, engine_source  # noqa: E402
+from trainer_core.packs.lookup import engine_ids as pack_engine_ids, resolve_material  # noqa: E402
 
 PROMPTS = REPO / "tests" / "data" / "engine_check_prompts.jsonl"
 FIXTURE = REPO / "tests" / "data" / "engine_rows.json"
@@ -137,15 +138,15 @@ class Ours:
         from trainer_core.project import Project
         self.project = Project.open(project_dir)
         self.pack = self.project.pack
-        student_gguf = self.pack.resolve_material(self.project, "student")
-        self.student = load_student(student_gguf, self.pack.resolve_material(self.project, "student_tokenizer"))
+        student_gguf = resolve_material(self.project, "student")
+        self.student = load_student(student_gguf, resolve_material(self.project, "student_tokenizer"))
         self.student_gguf = student_gguf
         self.adapter_path = self.project.gguf_path()
         self.adapter = read_adapter_gguf(self.adapter_path)
         self.t5 = None
         if "--t5-ids" in self.adapter.config.spec.infer_options:
             from trainer_core.contract.engine_t5 import EngineT5
-            self.t5 = EngineT5.from_folder(self.pack.resolve_material(self.project, "teacher"))
+            self.t5 = EngineT5.from_folder(resolve_material(self.project, "teacher"))
 
     def predict(self, text: str, version: str) -> dict:
         from trainer_core.infer import run_adapter
@@ -155,8 +156,8 @@ class Ours:
         if self.t5 is not None:
             t5_ids, _ = self.t5.window(text, int(self.adapter.config.num_queries))
         out = run_adapter(self.adapter, hidden, t5_ids, seed_ids=derived.get("--seed-ids"),
-                          bank=self.pack.engine_bank(version), empty_prompt=text == "")
-        return {"hidden": hidden, "rows": out, "ids": self.pack.engine_ids(self.student, text),
+                          bank=(version in self.pack.engine.bank_versions), empty_prompt=text == "")
+        return {"hidden": hidden, "rows": out, "ids": pack_engine_ids(self.pack, self.student, text),
                 "t5_ids": t5_ids, "seed_ids": derived.get("--seed-ids")}
 
 
@@ -173,7 +174,7 @@ def run_engine(driver: Path, ours: Ours, version: str, prompts: list[str], work:
     if ours.t5 is not None:                # the demo's tiny T5 vocabulary, as a tokenizer pack (SD_TOKENIZER_PACK)
         import engine_t5_fixture
         pack_dir = work / "t5pack"
-        engine_t5_fixture.engine_pack(ours.pack.resolve_material(ours.project, "teacher"), pack_dir)
+        engine_t5_fixture.engine_pack(resolve_material(ours.project, "teacher"), pack_dir)
         env["SD_TOKENIZER_PACK"] = str(pack_dir)
     command = [str(driver), "--version", version, "--llm", str(ours.student_gguf),
                *(["--adapter", str(ours.adapter_path)] if ours.adapter_path else []),
@@ -222,7 +223,7 @@ def check_pack(driver: Path, project_dir: Path, prompts: list[str], work: Path, 
     worst = worst_student = 0.0
     ids_equal = True
     problems, aborts = [], []
-    for version in ours.pack.engine_versions:
+    for version in ours.pack.engine.versions:
         answers = run_engine(driver, ours, version, prompts, work)
         if len(answers) != len(prompts):
             raise SystemExit(f"the engine driver answered {len(answers)} of {len(prompts)} prompts on {version}")
@@ -265,7 +266,7 @@ def check_pack(driver: Path, project_dir: Path, prompts: list[str], work: Path, 
         if not refs:
             problems.append(f"no reference images for the image check in {images or 'the demo'}")
             ids_equal = False
-        for version in ours.pack.engine_versions if refs else ():
+        for version in ours.pack.engine.versions if refs else ():
             entries = (extras.setdefault("images", {}).setdefault(version, []) if extras is not None else None)
             seen = engine_vision.check_images(driver, ours, version, refs, work / "images" / version, entries)
             worst, worst_student = max(worst, seen["max_rel"]), max(worst_student, seen["student_max_rel"])
@@ -285,7 +286,7 @@ def check_pack(driver: Path, project_dir: Path, prompts: list[str], work: Path, 
             "student_max_rel": worst_student, "images": seen["images"],
             **{k: seen[k] for k in ("vis_max_rel", "pixels_max_abs") if seen.get(k) is not None},
             **({"teacher_prompts": taught["prompts"], "teacher_max_rel": taught["teacher_max_rel"]} if taught else {}),
-            "versions": list(ours.pack.engine_versions), "engine_aborts": aborts,
+            "versions": list(ours.pack.engine.versions), "engine_aborts": aborts,
             "ok": ids_equal and worst <= TOLERANCE and seen.get("vis_max_rel", 0.0) <= TOLERANCE
             and (seen.get("pixels_max_abs") or 0.0) <= PIXEL_TOLERANCE and taught.get("teacher_max_rel", 0.0) <= TOLERANCE}
 

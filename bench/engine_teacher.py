@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from trainer_core.packs.lookup import engine_ids
 
 # the packs whose teacher the engine can run here: the model version whose conditioner taps it, and whether the
 # teacher is Qwen3-VL's text stack (FLUX.3 Klein's taps 4…32, Krea 2's; conditioner.hpp:3556, 3565) or Qwen3
@@ -101,9 +102,9 @@ def pack_teacher(ours: Any, work: Path, gguf: bool = True) -> tuple[Any, Path | 
 def predict_teacher(ours: Any, teacher: Any, text: str) -> tuple[np.ndarray, list[int]]:
     """(our target rows over the rows the engine runs, the ids the engine runs): a layerwise teacher adds the one
     pad row FLUX.3 reads; Krea 2 stores no pad row; a Qwen3-VL teacher reads text to image (no images)."""
-    ids, engine_ids = teacher_ids(ours, text), ours.pack.engine_ids(ours.student, text)
+    ids, engine = teacher_ids(ours, text), engine_ids(ours.pack, ours.student, text)
     vision = ([[]],) if "vision" in inspect.signature(teacher.hidden).parameters else ()
-    return teacher.hidden([ids], *vision)[0].numpy()[:len(engine_ids)], engine_ids
+    return teacher.hidden([ids], *vision)[0].numpy()[:len(engine)], engine
 
 
 def check_teacher(driver: Path, ours: Any, version: str, work: Path, fixture: list | None = None) -> dict:

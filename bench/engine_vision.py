@@ -131,7 +131,7 @@ def predict_bridge(ours: Any, tower: Any, text: str, images: list[Path], version
     hidden = ours.pack.student_states(ours.student, text)
     derived = ours.pack.prompt_inputs(ours.adapter_path, text, vis)
     out = run_adapter(ours.adapter, hidden, vis=vis, seed_ids=derived["--seed-ids"], vis_pos=derived["--vis-pos"],
-                      bank=ours.pack.engine_bank(version), empty_prompt=text == "")
+                      bank=(version in ours.pack.engine.bank_versions), empty_prompt=text == "")
     return {"hidden": hidden, "rows": out, "ids": list(derived["--seed-ids"]), "ids_file": "seed_ids.txt",
             "vis": vis, "slots": [list(r) for r in derived["--vis-pos"]], "pixels": pixels}
 

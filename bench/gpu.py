@@ -76,6 +76,7 @@ from trainer_core.contract.shards import contract_for, shard_path, write_shard
 from trainer_core.stages.base import never
 from trainer_core.stages.train import Trainer
 from trainer_core.contract.stream import Batch, ShardStream
+from trainer_core.packs.lookup import resolve_material
 
 SIZES = {
     "reference": {"in_dim": 1024, "width": 1024, "depth": 6, "batch": 32, "train_samples": 256, "val_samples": 64},
@@ -326,7 +327,7 @@ def bench_precompute(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         write_student_config(materials / "pig-clip-tokenizer", config)
         torch.manual_seed(SEED)
         write_student_gguf(Qwen3Model(config), materials / "pig_clip-demo-f16.gguf", dtype="f16")
-        write_tiny_t5(project.pack.resolve_material(project, "teacher"), prompts[:2000], d_model=4096, layers=2,
+        write_tiny_t5(resolve_material(project, "teacher"), prompts[:2000], d_model=4096, layers=2,
                       heads=64, d_kv=64, d_ff=10240)
         shapes = {"student": "Qwen3 1024-d, 2 layers, 151936 vocab", "teacher": "T5 4096-d, 2 layers, 10240 FFN"}
     project.update_settings(["corpus.extra_files=materials/bench_prompts.txt", f"corpus.n_train={args.prompts}",
@@ -526,7 +527,7 @@ def bench_real_pack(pack: str, root: Path, args: argparse.Namespace) -> dict[str
     materials.mkdir(parents=True, exist_ok=True)
     n_val = max(8, args.prompts // 8)
     prompts = demo_prompts(args.prompts + n_val, seed=SEED)
-    teacher = project.pack.resolve_material(project, "teacher")
+    teacher = resolve_material(project, "teacher")
     # written in a process of its own: building a 16B model's weights must not count in this one's peak RSS
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         out["teacher"], gguf, tokenizer = pool.submit(write_real_models, pack, teacher, materials, args.smoke,
@@ -534,7 +535,7 @@ def bench_real_pack(pack: str, root: Path, args: argparse.Namespace) -> dict[str
     settings = [f"materials.teacher.path={teacher}", f"materials.student.path={gguf}",
                 f"materials.student_tokenizer.path={tokenizer}", f"precompute.device={args.device}",
                 f"train.device={args.device}"]
-    if project.pack.corpus_kind == "image":
+    if project.pack.corpus_kind.reference_images:
         write_demo_images(materials / "bench_images", max(16, args.prompts // 2), SEED)
         counts = {k: max(1, round(v * args.prompts)) for k, v in IMAGE_CORPUS.items()}
         (materials / "prompts.txt").write_text("".join(p + "\n" for p in prompts), encoding="utf-8")

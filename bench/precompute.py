@@ -51,6 +51,7 @@ from trainer_core.contract.shards import contract_for, mock_enabled
 from trainer_core.stages import corpus as corpus_stage
 from trainer_core.contract.corpus_files import read_corpus
 from trainer_core.stages.precompute import load_models
+from trainer_core.packs.lookup import format_prompt
 
 BENCH_SEED = 7  # the synthetic corpus; the demo's own prompts use trainer_core.demo.SEED
 
@@ -130,7 +131,7 @@ class Bench:
         _, lens = self.teacher.seed_windows(prompts)                           # [S]
         teacher = greedy_batches(sorted(lens.tolist()), self.budgets.teacher_batch, self.budgets.tok_budget)
         max_len = self.pack.max_len_student
-        lengths = sorted(min(len(self.student.tokenize(self.pack.format_prompt(p))), max_len) for p in prompts)
+        lengths = sorted(min(len(self.student.tokenize(format_prompt(self.pack, p))), max_len) for p in prompts)
         student = greedy_batches(lengths, self.budgets.student_batch, self.budgets.student_tok_budget)
         return [len(b) for b in teacher], [len(b) for b in student]
 
@@ -156,7 +157,7 @@ class Bench:
                 ids, lens = self.teacher.seed_windows(chunk)                   # [b, 120], [b]
                 self.teacher.forward(ids, lens)                                # [b, L, out]
             for chunk in _chunks(prompts, student_sizes):
-                tokens = [self.student.tokenize(self.pack.format_prompt(p))[:max_len] for p in chunk]
+                tokens = [self.student.tokenize(format_prompt(self.pack, p))[:max_len] for p in chunk]
                 ids, mask = self.student.batch(tokens)                         # [b, L]
                 self.student.hidden(ids, mask)                                 # [b, L, H]
         self._sync()

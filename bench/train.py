@@ -160,7 +160,7 @@ def build_project(root: Path, args: argparse.Namespace, n_train: int) -> Project
     prompts = demo_prompts(n_train + project.settings.corpus.n_val + 200, seed=BENCH_SEED)
     prompt_file.write_text("".join(p + "\n" for p in prompts), encoding="utf-8")
     size = ([f"corpus.n_image={n_train // 2}", f"corpus.n_text={n_train - n_train // 2}", "corpus.n_two=0"]
-            if project.pack.corpus_kind == "image" else [f"corpus.n_train={n_train}"])
+            if project.pack.corpus_kind.reference_images else [f"corpus.n_train={n_train}"])
     project.update_settings([f"corpus.extra_files=materials/demo_prompts.txt,materials/{prompt_file.name}",
                              *size] + bench_settings(args))
     report = ListReport()

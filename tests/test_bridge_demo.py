@@ -19,6 +19,7 @@ from trainer_core.packs.qwen35_bridge import PACK
 from trainer_core.packs.qwen35_bridge.teacher import tokenizer_arrays
 from trainer_core.packs.qwen35_bridge.template import IMAGE_PAD, build_prompt_ids
 from trainer_core.project import Project
+from trainer_core.packs.lookup import resolve_material
 
 STEPS = demo_cache.STEPS
 
@@ -54,7 +55,7 @@ def test_the_export_carries_a_usable_qwen35_vocabulary(demo):
     assert kvs["tokenizer.ggml.pre"] == "qwen35" and kvs["tokenizer.ggml.model"] == "gpt2"
     tokens = read_gguf_string_array(gguf_path, "tokenizer.ggml.tokens")
     merges = read_gguf_string_array(gguf_path, "tokenizer.ggml.merges")
-    want = tokenizer_arrays(PACK.resolve_material(demo, "teacher") / "tokenizer.json", 248320)
+    want = tokenizer_arrays(resolve_material(demo, "teacher") / "tokenizer.json", 248320)
     assert (tokens, merges) == want and merges and len(tokens) == 248320
     # the engine rebuilds token → id from the array: the template's specials resolve to their ids
     index = {t: i for i, t in enumerate(tokens)}
@@ -65,7 +66,7 @@ def test_infer_equals_the_numpy_engine_on_the_trained_file(demo, tmp_path):
     from tokenizers import Tokenizer
     gguf_path = demo.gguf_path()
     w = gguf_tensors(gguf_path)
-    tok = Tokenizer.from_file(str(PACK.resolve_material(demo, "teacher") / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(resolve_material(demo, "teacher") / "tokenizer.json"))
     ids, runs = build_prompt_ids(lambda s: tok.encode(s, add_special_tokens=False).ids, "make it night", [64, 16])
     rng = np.random.default_rng(0)
     h = rng.normal(size=(7, 64)).astype(np.float32)
@@ -105,7 +106,7 @@ def test_infer_equals_the_numpy_engine_on_the_trained_file(demo, tmp_path):
 def test_export_fails_without_the_teachers_tokenizer(demo, tmp_path):
     """The engine cannot build the MOSS template without the vocabulary: no file is written (the old
     export is kept as it was), one sentence, a non-zero exit."""
-    tokenizer = PACK.resolve_material(demo, "teacher") / "tokenizer.json"
+    tokenizer = resolve_material(demo, "teacher") / "tokenizer.json"
     before = demo.gguf_path().read_bytes()
     shutil.move(tokenizer, tmp_path / "tokenizer.json")
     try:

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from trainer_core.base.config import Settings, parse_count
+from trainer_core.base.config import Settings, pack_settings_of, parse_count
 from trainer_core.project import apply_assignments, default_settings_dict, settings_from_dict
 from trainer_core.base.errors import ConfigError, UnknownPackError
 from trainer_core.packs import PACKS
@@ -189,7 +189,7 @@ def test_settings_dataclass_defaults_equal_reference_table():
     from trainer_core.packs import DEFAULT_PACK
     actual = Settings().to_dict()
     assert actual["pack"] == ""
-    own = ("pack", "name", *PACKS[DEFAULT_PACK].extra_settings)
+    own = ("pack", "name", *pack_settings_of(PACKS[DEFAULT_PACK]))
     packless = {k: v for k, v in REFERENCE_FLAT.items() if k not in own}
     assert _project(actual, packless) == packless
     assert _project(default_settings_dict(), REFERENCE_FLAT) == REFERENCE_FLAT
@@ -273,7 +273,7 @@ def test_pack_overlay_over_defaults(pack_id):
     expected.update(PACK_OVERLAYS[pack_id])
     expected["pack"] = pack_id
     # a setting another pack declares (LLaDA's export.export_sigvq) is not part of this pack's project
-    foreign = {k for p in PACKS.values() for k in p.extra_settings} - set(PACKS[pack_id].extra_settings)
+    foreign = {k for p in PACKS.values() for k in pack_settings_of(p)} - set(pack_settings_of(PACKS[pack_id]))
     keys = [k for k in expected if k not in UNSPECIFIED[pack_id] and k not in foreign]
     expected = {k: expected[k] for k in keys}
 
@@ -342,7 +342,7 @@ def test_a_pack_declares_its_own_settings_and_another_packs_are_dropped_on_load_
     with pytest.raises(ConfigError) as e:
         apply_assignments(old.to_dict(), ["train.max_slots=640"])
     [problem] = e.value.problems
-    owners = [p.title for p in PACKS.values() if "train.max_slots" in p.extra_settings]
+    owners = [p.title for p in PACKS.values() if "train.max_slots" in pack_settings_of(p)]
     assert len(owners) == 2 and problem.startswith("train.max_slots is a setting of the ")
     assert all(title in problem for title in owners)
     assert problem.endswith(f"this project's pack ({PACKS['llada_image'].title}) has none")

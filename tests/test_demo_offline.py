@@ -14,6 +14,7 @@ from hub_server import LocalHub
 from trainer_core import materials
 from trainer_core.base.errors import UsageError
 from trainer_core.project import Project
+from trainer_core.packs.lookup import find_material
 
 
 @pytest.fixture
@@ -96,7 +97,7 @@ def test_a_mock_teacher_demo_reads_ready_or_not_needed_with_paths(hub, tmp_path)
     with pytest.raises(UsageError, match="offline demo"):
         materials.start_job(project, "teacher")
     with pytest.raises(UsageError, match="offline demo"):
-        materials.download(project, project.pack.material("teacher"))
+        materials.download(project, find_material(project.pack, "teacher"))
     assert not (project.materials_dir / ".downloads").exists()
     assert hub.requests == []
 
@@ -105,7 +106,7 @@ def test_a_real_project_never_links_a_demos_tiny_models(tmp_path, monkeypatch):
     from trainer_core.demo import build_demo
     demo = build_demo(tmp_path / "demo", "llada_image")
     tokenizer = demo.materials_dir / "pig-clip-tokenizer"
-    material = demo.pack.material("student_tokenizer")
+    material = find_material(demo.pack, "student_tokenizer")
     marker = demo.materials_dir / materials.DEMO_MARKER
     real = Project.create(tmp_path / "real", "llada_image")
     monkeypatch.setenv(materials.MATERIALS_ENV, str(demo.materials_dir))

@@ -34,6 +34,7 @@ sys.path.insert(0, str(BENCH))
 import engine_check  # noqa: E402
 import engine_teacher  # noqa: E402
 import engine_vision  # noqa: E402
+from trainer_core.packs.lookup import resolve_material  # noqa: E402
 
 FIXTURE = json.loads(engine_check.FIXTURE.read_text(encoding="utf-8"))
 PACKS = sorted(FIXTURE["packs"])
@@ -48,7 +49,7 @@ def test_the_fixture_covers_every_pack_and_the_prompts_the_issue_names():
     assert "" in prompts and any(":1." in p for p in prompts) and any(not p.isascii() for p in prompts)
     assert any(len(p) > 600 for p in prompts)          # 120+ T5 pieces
     for pack_id in PACKS:
-        assert set(FIXTURE["packs"][pack_id]["versions"]) == set(ALL[pack_id].engine_versions)
+        assert set(FIXTURE["packs"][pack_id]["versions"]) == set(ALL[pack_id].engine.versions)
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +65,13 @@ def ours_of():
 
 def _infer_argv(ours: engine_check.Ours, text: str, version: str, out: Path, t5_file: Path) -> list[str]:
     argv = ["infer", "--adapter", str(ours.adapter_path), "--student", str(ours.student_gguf), "--tokenizer",
-            str(ours.pack.resolve_material(ours.project, "student_tokenizer")), "--pack", ours.pack.id,
+            str(resolve_material(ours.project, "student_tokenizer")), "--pack", ours.pack.id,
             "--prompt", text, "--out", str(out)]
     if ours.t5 is not None:
         ids, _ = ours.t5.window(text, int(ours.adapter.config.num_queries))
         t5_file.write_text("".join(f"{i}\n" for i in ids))
         argv += ["--t5-ids", str(t5_file)]
-    return argv + (["--bank"] if ours.pack.engine_bank(version) else [])
+    return argv + (["--bank"] if (version in ours.pack.engine.bank_versions) else [])
 
 
 @pytest.mark.parametrize("pack_id", PACKS)

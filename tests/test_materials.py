@@ -17,6 +17,7 @@ from conftest import REPO
 from hub_server import LocalHub
 from trainer_core import materials
 from trainer_core.project import Project
+from trainer_core.packs.lookup import find_material, resolve_material
 
 TOKENIZER_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                    "vocab.json", "merges.txt")
@@ -62,16 +63,16 @@ def _env(hub) -> dict[str, str]:
 
 
 def _status(project, material_id, online=True):
-    m = project.pack.material(material_id)
+    m = find_material(project.pack, material_id)
     return materials.material_status(project, m, materials.list_files(m) if online else None)
 
 
 def test_download_selects_the_patterns_and_verifies_every_file(hub, project, repos):
-    m = project.pack.material("student_tokenizer")
+    m = find_material(project.pack, "student_tokenizer")
     assert _status(project, m.id).status == "missing"
     events = []
     materials.download(project, m, events.append)
-    dest = project.pack.resolve_material(project, m.id)
+    dest = resolve_material(project, m.id)
     assert sorted(p.name for p in dest.iterdir()) == sorted(TOKENIZER_FILES)    # no README, no .partial left
     for name in TOKENIZER_FILES:
         assert (dest / name).read_bytes() == repos["callgg/pig-clip-tokenizer"][name]
@@ -86,7 +87,7 @@ def test_without_a_project_token_the_download_sends_the_hugging_face_logins(hub,
     stored = Path(hf_constants.HF_TOKEN_PATH)                 # `hf auth login`'s file, under the test HOME
     stored.parent.mkdir(parents=True, exist_ok=True)
     stored.write_text("hf_fromTheLogin\n", encoding="utf-8")
-    materials.download(project, project.pack.material("student_tokenizer"), lambda event: None)
+    materials.download(project, find_material(project.pack, "student_tokenizer"), lambda event: None)
     sent = [r.headers.get("authorization") for r in hub.requests if "/resolve/" in r.path]
     assert sent and all(a == "Bearer hf_fromTheLogin" for a in sent)
     assert not (project.root / ".hf_token").exists()          # the login's token is not copied into the project
@@ -95,7 +96,7 @@ def test_without_a_project_token_the_download_sends_the_hugging_face_logins(hub,
 def test_a_killed_job_resumes_its_file_with_a_range_request(hub, project, repos):
     hub.delay_s = 0.02                                       # slow enough to be killed mid-file
     pid = materials.start_job(project, "teacher")
-    dest = project.pack.resolve_material(project, "teacher")
+    dest = resolve_material(project, "teacher")
     part = dest / materials.PARTIAL_DIR / "model.safetensors"
     deadline = time.monotonic() + 60
     while not (part.is_file() and part.stat().st_size > 256 << 10):
@@ -135,7 +136,7 @@ def test_a_stalled_transfer_is_resumed_by_the_watchdog(hub, project, repos):
 
     def run():
         try:
-            materials.download(project, project.pack.material("teacher"), events.append)
+            materials.download(project, find_material(project.pack, "teacher"), events.append)
         except Exception as e:       # noqa: BLE001 — reported by the assertion below
             errors.append(e)
     worker = threading.Thread(target=run)
@@ -146,7 +147,7 @@ def test_a_stalled_transfer_is_resumed_by_the_watchdog(hub, project, repos):
     assert not worker.is_alive() and not errors, errors
     warnings = [e["message"] for e in events if e.get("type") == "log" and "resuming at byte 100000" in e["message"]]
     assert warnings, events
-    dest = project.pack.resolve_material(project, "teacher")
+    dest = resolve_material(project, "teacher")
     assert (dest / "model.safetensors").read_bytes() == repos[key[0]][key[1]]
     ranges = [h.get("range") for method, path, h in hub.requests if method == "GET" and "model.safetensors" in path]
     assert ranges[-1] == "bytes=100000-", ranges
@@ -172,8 +173,8 @@ def test_two_requests_make_one_job(hub, project):
 def test_insufficient_disk_space_is_refused_with_the_numbers(hub, project):
     hub.fake_sizes[("callgg/t5-v1_1-xxl-encoder-bf16", "model.safetensors")] = 10 ** 15
     with pytest.raises(materials.DownloadError, match=r"needs .* GiB more but .* has only .* GiB free"):
-        materials.download(project, project.pack.material("teacher"))
-    dest = project.pack.resolve_material(project, "teacher")
+        materials.download(project, find_material(project.pack, "teacher"))
+    dest = resolve_material(project, "teacher")
     assert not (dest / materials.PARTIAL_DIR).exists() or not any((dest / materials.PARTIAL_DIR).iterdir())
 
 
@@ -215,8 +216,8 @@ def test_discovery_links_a_copy_found_elsewhere(project, repos, tmp_path, monkey
 
 
 def test_offline_status_comes_from_the_disk(project, repos):
-    m = project.pack.material("student_tokenizer")
-    dest = project.pack.resolve_material(project, m.id)
+    m = find_material(project.pack, "student_tokenizer")
+    dest = resolve_material(project, m.id)
     assert _status(project, m.id, online=False).status == "missing"
     dest.mkdir(parents=True)
     (dest / "config.json").write_bytes(b"{}")
@@ -229,7 +230,7 @@ def test_offline_status_comes_from_the_disk(project, repos):
 
 
 def test_online_status_checks_sizes_against_the_listing(hub, project, repos):
-    dest = project.pack.resolve_material(project, "student_tokenizer")
+    dest = resolve_material(project, "student_tokenizer")
     _complete_copy(dest, repos, "callgg/pig-clip-tokenizer")
     assert _status(project, "student_tokenizer").status == "ready"
     (dest / "vocab.json").write_bytes(b"truncated")
@@ -275,14 +276,14 @@ def test_ctrl_c_exits_130_and_the_token_never_reaches_a_log(hub, project):
 
 def test_materials_sharing_a_folder_are_told_apart(tmp_path):
     llada = Project.create(tmp_path / "llada_adapter", "llada_image")
-    root = llada.pack.resolve_material(llada, "teacher")
-    assert root == llada.pack.resolve_material(llada, "sigvq")              # one snapshot folder, two materials
+    root = resolve_material(llada, "teacher")
+    assert root == resolve_material(llada, "sigvq")              # one snapshot folder, two materials
     for name in ("model_index.json", "text_encoder/config.json", "queryformer/config.json",
                  "text_projection/config.json", "tokenizer/tokenizer.json"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(b"{}" * 10)
-    teacher = materials.material_status(llada, llada.pack.material("teacher"))
-    sigvq = materials.material_status(llada, llada.pack.material("sigvq"))
+    teacher = materials.material_status(llada, find_material(llada.pack, "teacher"))
+    sigvq = materials.material_status(llada, find_material(llada.pack, "sigvq"))
     assert (teacher.status, teacher.bytes_done) == ("ready", 100)
     assert (sigvq.status, sigvq.bytes_done) == ("missing", 0)
 
@@ -325,10 +326,10 @@ def test_an_image_preset_is_a_dataset_material_downloaded_and_read_by_the_corpus
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         import huggingface_hub.constants as constants
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        m = project.pack.material("images_flickr30k")
+        m = find_material(project.pack, "images_flickr30k")
         materials.download(project, m, lambda e: None)
         assert _status(project, m.id).status == "ready"
-    dest = project.pack.resolve_material(project, m.id)
+    dest = resolve_material(project, m.id)
     assert sorted(p.name for p in dest.iterdir()) == ["flickr30k-images.zip", "flickr_annotations_30k.csv"]
     assert corpus.run(project, ListReport()) == "done"
     train = [json.loads(line) for line in (project.data_dir / "train.jsonl").read_text().splitlines()]

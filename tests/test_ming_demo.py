@@ -20,6 +20,7 @@ from trainer_core.contract.adapter_layout import TOKENIZER_JSON
 from trainer_core.packs.ming_image import PACK
 from trainer_core.packs.ming_image.template import IMAGE_PATCH, image_tokens, layer_count, prompt_string
 from trainer_core.project import Project
+from trainer_core.packs.lookup import resolve_material
 
 STEPS = demo_cache.STEPS
 
@@ -32,7 +33,7 @@ def demo(tmp_path_factory):
 
 def ling_tokenizer(project):
     from tokenizers import Tokenizer
-    return Tokenizer.from_file(str(PACK.resolve_material(project, "teacher") / "mllm" / "tokenizer.json"))
+    return Tokenizer.from_file(str(resolve_material(project, "teacher") / "mllm" / "tokenizer.json"))
 
 
 def test_the_demo_trains_exports_and_evaluates(demo):
@@ -57,7 +58,7 @@ def test_the_export_carries_the_ling_tokenizer_and_passes_inspect(demo):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "variant: ming_image" in r.stdout and "layout: OK" in r.stdout
     stored = gguf_tensors(demo.gguf_path())[TOKENIZER_JSON]
-    want = (PACK.resolve_material(demo, "teacher") / "mllm" / "tokenizer.json").read_bytes()
+    want = (resolve_material(demo, "teacher") / "mllm" / "tokenizer.json").read_bytes()
     assert stored.astype(np.uint8).tobytes() == want
 
 
@@ -115,7 +116,7 @@ def test_infer_equals_the_numpy_engine_on_the_trained_file(demo, tmp_path):
 def test_export_fails_without_the_ling_tokenizer(demo, tmp_path):
     """The engine cannot tokenize the Ming template without it: no file is written (the old export is kept
     as it was), one sentence, a non-zero exit."""
-    tokenizer = PACK.resolve_material(demo, "teacher") / "mllm" / "tokenizer.json"
+    tokenizer = resolve_material(demo, "teacher") / "mllm" / "tokenizer.json"
     before = demo.gguf_path().read_bytes()
     shutil.move(tokenizer, tmp_path / "tokenizer.json")
     try:
@@ -165,7 +166,7 @@ def test_precompute_batched_equals_one_sample_at_a_time(demo):
     student = load_student(materials / "pig_clip-demo-f16.gguf", materials / "pig-clip-tokenizer")
     teacher = PACK.build_teacher(demo, "cpu")
     session = PACK.prepare(demo, student, teacher, ListReport())
-    samples = PACK.read_samples(demo, demo.data_dir / "val.jsonl")
+    samples = PACK.corpus_kind.read_samples(demo, demo.data_dir / "val.jsonl")
     samples = [s for s in samples if s["images"]][:2] + [s for s in samples if not s["images"]][:3]
     together, _ = PACK.make_shard(samples, student, teacher, Budgets(8, 1 << 16, 8, 1 << 16, 1 << 16), session)
     alone, _ = PACK.make_shard(samples, student, teacher, Budgets(1, 1 << 16, 1, 1 << 16, 1), session)
@@ -195,7 +196,7 @@ def test_the_export_carries_the_fitted_vis_bridge(demo):
         np.testing.assert_allclose(w["vis_bridge." + name], value.numpy(), rtol=2e-3, atol=2e-4)
     from_file = VisBridge(config)
     from_file.load_state_dict({n: torch.from_numpy(w["vis_bridge." + n]).float() for n in saved["state"]})
-    stock = StockVision.load(PACK.resolve_material(demo, "stock_mmproj"))
+    stock = StockVision.load(resolve_material(demo, "stock_mmproj"))
     pairs = bridge_pairs(demo, stock, 4)
     torch.manual_seed(0)
     unfitted = VisBridge(config)

@@ -18,7 +18,7 @@ from trainer_core.project import Project
 @pytest.mark.parametrize("pack_id", DEMO_PACKS)
 def test_inspect_describes_every_file_the_demo_export_wrote(pack_id, tmp_path):
     project = Project.open(demo_cache.copy_trained(pack_id, tmp_path / "p"))
-    written = [project.gguf_path(), *(p for p in project.pack.extra_outputs(project) if p.suffix == ".gguf")]
+    written = [project.gguf_path(), *(p for p in project.pack.extras.outputs(project) if p.suffix == ".gguf")]
     for path in written:
         assert path.is_file(), path
         r = cli("inspect", str(path))
@@ -28,11 +28,11 @@ def test_inspect_describes_every_file_the_demo_export_wrote(pack_id, tmp_path):
 
 def test_the_extras_are_named_for_what_they_are(tmp_path):
     ming = Project.open(demo_cache.copy_trained("ming_image", tmp_path / "ming"))
-    (vision,) = [p for p in ming.pack.extra_outputs(ming) if p.suffix == ".gguf"]
+    (vision,) = [p for p in ming.pack.extras.outputs(ming) if p.suffix == ".gguf"]
     r = cli("inspect", str(vision))
     assert "vision GGUF" in r.stdout and "Ming-Image input-image encoder" in r.stdout and "layers: " in r.stdout
     llada = Project.open(demo_cache.copy_trained("llada_image", tmp_path / "llada"))
-    (sigvq,) = [p for p in llada.pack.extra_outputs(llada) if p.suffix == ".gguf"]
+    (sigvq,) = [p for p in llada.pack.extras.outputs(llada) if p.suffix == ".gguf"]
     r = cli("inspect", str(sigvq))
     assert "vision GGUF" in r.stdout and "SigVQ image tokenizer" in r.stdout
 

@@ -17,6 +17,8 @@ from trainer_core.contract.placement import card_budgets
 from trainer_core.packs import DEMO_PACKS, PACKS
 from trainer_core.plan_estimate import placement
 from trainer_core.project import Project
+from trainer_core.packs.lookup import resolve_material, teacher_module
+from trainer_core.packs.estimates import teacher_need_gib
 
 GIB = 2**30
 CARD = {"index": 0, "name": "Test card", "memory_bytes": 96 * GIB}
@@ -34,7 +36,7 @@ PLACEMENT_PACKS = [p for p in DEMO_PACKS if PACKS[p].teacher_control == "placeme
 def test_every_demo_pack_is_placed_by_one_of_the_two_rules():
     assert set(MODE_PACKS) | set(PLACEMENT_PACKS) == set(DEMO_PACKS) and MODE_PACKS and PLACEMENT_PACKS
     for pack_id in MODE_PACKS:
-        module = importlib.import_module(PACKS[pack_id].teacher_module)
+        module = importlib.import_module(teacher_module(PACKS[pack_id]))
         assert callable(module.choose_mode) and callable(module.resident_need_gib), pack_id
 
 
@@ -43,9 +45,9 @@ def test_the_plans_teacher_mode_is_the_teachers_own_on_a_grid_of_budgets(pack_id
     project = Project.open(demo_cache.copy_built(pack_id, tmp_path))
     project.update_settings(["precompute.device=auto", "precompute.mock_teacher=false"])
     pack = project.pack
-    root = pack.resolve_material(project, "teacher")
-    module = importlib.import_module(pack.teacher_module)
-    need = pack.teacher_need_gib(project)
+    root = resolve_material(project, "teacher")
+    module = importlib.import_module(teacher_module(pack))
+    need = teacher_need_gib(project)
     assert need == module.resident_need_gib(root) and need > 0
     # just under, at and just over the need, far under and far over; the budget is a setting (> 0)
     budgets = (0.25, need - 0.05, need, need + 0.05, need + 40.0)
@@ -67,7 +69,7 @@ def test_the_plans_teacher_mode_is_the_teachers_own_on_a_grid_of_budgets(pack_id
 @pytest.mark.parametrize("gpu_mem_gib", [0.0, 10.0])
 @pytest.mark.parametrize("pack_id", PLACEMENT_PACKS)
 def test_the_plans_cards_are_the_teachers_max_memory(pack_id, totals, gpu_mem_gib, tmp_path):
-    module = importlib.import_module(PACKS[pack_id].teacher_module)
+    module = importlib.import_module(teacher_module(PACKS[pack_id]))
     _, max_memory = module.placement_plan(torch.device("cuda:0"), "sequential", gpu_mem_gib, 8.0, totals)
     want = {k: v for k, v in max_memory.items() if k != "cpu"}
     assert want == {k: f"{v:.1f}GiB" for k, v in card_budgets(0, totals, gpu_mem_gib).items()}

@@ -19,6 +19,7 @@ from trainer_core.base.procs import wait_peak_rss
 from trainer_core.packs import DEMO_PACKS
 from trainer_core.plan import calibrate, make_plan
 from trainer_core.project import Project
+from trainer_core.packs.lookup import resolve_material
 
 
 def _tree_bytes(*folders: Path) -> int:
@@ -136,7 +137,7 @@ def test_a_disk_too_small_gets_the_largest_corpus_that_fits(tmp_path, monkeypatc
 
 def test_a_teacher_that_does_not_fit_the_card_gets_the_mode_that_would(tmp_path):
     project = Project.create(tmp_path / "p", "qwen3vl_mageflow")
-    teacher = project.pack.resolve_material(project, "teacher")
+    teacher = resolve_material(project, "teacher")
     teacher.mkdir(parents=True)
     with open(teacher / "model-00001-of-00001.safetensors", "wb") as f:        # 9 GB, sparse: no disk used
         f.truncate(9 << 30)
@@ -157,7 +158,7 @@ def test_the_placement_follows_the_teachers_rules(tmp_path):
     sequential placement fills the chosen card, then the next, then RAM."""
     from trainer_core.plan_estimate import placement
     project = Project.create(tmp_path / "m", "qwen3vl_mageflow")
-    teacher = project.pack.resolve_material(project, "teacher")
+    teacher = resolve_material(project, "teacher")
     teacher.mkdir(parents=True)
     with open(teacher / "model-00001-of-00001.safetensors", "wb") as f:
         f.truncate(8 << 30)
@@ -168,7 +169,7 @@ def test_the_placement_follows_the_teachers_rules(tmp_path):
     text, vram = placement(Project.open(project.root), small)
     assert "→ offload" in text and vram[0] < 8 << 30
     llada = Project.create(tmp_path / "l", "llada_image")
-    root = llada.pack.resolve_material(llada, "teacher")
+    root = resolve_material(llada, "teacher")
     root.mkdir(parents=True)
     with open(root / "model.safetensors", "wb") as f:
         f.truncate(34 << 30)

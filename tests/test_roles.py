@@ -8,6 +8,7 @@ import demo_cache
 from trainer_core.contract.roles import Student, Teacher
 from trainer_core.packs import DEMO_PACKS
 from trainer_core.project import Project
+from trainer_core.packs.lookup import require_material
 
 
 @pytest.mark.parametrize("pack_id", DEMO_PACKS)
@@ -23,6 +24,6 @@ def test_a_real_teacher_and_the_student_fill_their_roles(tmp_path):
     pack = project.pack
     teacher = pack.build_teacher(project, "cpu")
     assert isinstance(teacher, Teacher) and teacher.mode == "cpu"
-    student = load_student(pack.require_material(project, "student"), pack.require_material(project, "student_tokenizer"))
+    student = load_student(require_material(project, "student"), require_material(project, "student_tokenizer"))
     assert isinstance(student, Student) and student.hidden_size == student.config.hidden_size
     assert not isinstance(object(), Teacher) and not isinstance(teacher, Student)

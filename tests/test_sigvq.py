@@ -11,10 +11,11 @@ from safetensors.torch import save_file
 
 from trainer_core.project import Project
 from trainer_core.packs.llada_image.export import export_sigvq, sigvq_path
+from trainer_core.packs.lookup import resolve_material
 
 
 def _source(project: Project) -> dict[str, torch.Tensor]:
-    folder = project.pack.resolve_material(project, "sigvq") / "sigvq"
+    folder = resolve_material(project, "sigvq") / "sigvq"
     folder.mkdir(parents=True)
     g = torch.Generator().manual_seed(3)
     tensors = {"encoder.patch_embed.weight": torch.randn(8, 3, 2, 2, generator=g),
@@ -40,7 +41,7 @@ def test_every_tensor_is_written_as_f16_under_its_own_name_and_skipped_when_curr
         assert np.array_equal(np.asarray(t.data).reshape(expected.shape), expected), name
     mtime = out.stat().st_mtime_ns
     assert export_sigvq(project) == (out, "current") and out.stat().st_mtime_ns == mtime
-    source = project.pack.resolve_material(project, "sigvq") / "sigvq" / "diffusion_pytorch_model.safetensors"
+    source = resolve_material(project, "sigvq") / "sigvq" / "diffusion_pytorch_model.safetensors"
     os.utime(source, ns=(mtime + 10**9, mtime + 10**9))                   # a newer source: written again
     assert export_sigvq(project)[1] == "written"
     project.update_settings(["export.export_sigvq=false"])

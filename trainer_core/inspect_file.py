@@ -37,7 +37,7 @@ def describe_gguf(path: str | os.PathLike) -> dict[str, Any]:
         return info
     from trainer_core.packs import PACKS
     for pack in PACKS.values():              # a file a pack's export writes beside the adapter
-        described = pack.describe_output(path, info["kvs"])
+        described = pack.extras.describe(path, info["kvs"])
         if described is not None:
             info.update(pack=pack.id, **described)
             return info

@@ -44,6 +44,7 @@ from trainer_core.base.locks import FileLock
 from trainer_core.hub import OFFLINE_MODE, HubFile, endpoint, hub_unreachable, list_files, selected as _selected
 from trainer_core.jobs import JobFiles, JobReport, launch, read_status, run_job as run_detached
 from trainer_core.project import Project, default_projects_root
+from trainer_core.packs.lookup import find_material, resolve_material
 
 if TYPE_CHECKING:
     from trainer_core.packs.base import Material
@@ -157,7 +158,7 @@ def material_status(project: Project, material: "Material", listing: list[HubFil
     override = project.settings.materials.get(material.id)
     linked = bool(override and override.path)
     try:
-        where = project.pack.resolve_material(project, material.id)
+        where = resolve_material(project, material.id)
     except TrainerError:
         where = None
     st = MaterialStatus(material.id, material.title, material.kind, material.required, "missing",
@@ -265,7 +266,7 @@ def discover(project: Project, material: "Material") -> Path | None:
         if not found:
             return None
         return max(found, key=lambda p: ("f16" in p.name.lower(), p.stat().st_size)).resolve()
-    own = project.pack.resolve_material(project, material.id)
+    own = resolve_material(project, material.id)
     for root in roots:
         for candidate in (root / (material.subdir or material.repo.rsplit("/", 1)[-1]), root):
             if own is not None and candidate.resolve() == own.resolve():
@@ -367,7 +368,7 @@ def download(project: Project, material: "Material", say: Callable[[dict[str, An
         raise UsageError(DEMO_OFFLINE)
     if material.kind != "hf_snapshot":
         raise UsageError(f"{material.title} is a local file: pick it in the GUI or set materials.{material.id}.path.")
-    dest = project.pack.resolve_material(project, material.id)
+    dest = resolve_material(project, material.id)
     token = token_for(project)
     files = list_files(material, token)
     if not files:
@@ -415,7 +416,7 @@ def download(project: Project, material: "Material", say: Callable[[dict[str, An
 
 def start_job(project: Project, material_id: str) -> int | None:
     """Launch the detached download job of one material; None when one is already running."""
-    material = project.pack.material(material_id)
+    material = find_material(project.pack, material_id)
     if is_demo(project):
         raise UsageError(DEMO_OFFLINE)
     if material.kind != "hf_snapshot":
@@ -460,8 +461,8 @@ def run_job(project: Project, material_id: str) -> int:
             return 0
         report = JobReport(job_files(project, material_id))
         # every failure (the Hub, the network, the disk) is a message for the user, not a bug
-        return run_detached(report, lambda: download(project, project.pack.material(material_id), _as_say(report)),
-                            expected=(Exception,))
+        return run_detached(report, lambda: download(project, find_material(project.pack, material_id),
+                                                     _as_say(report)), expected=(Exception,))
 
 
 def main(argv: list[str] | None = None) -> int:

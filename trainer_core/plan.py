@@ -43,6 +43,8 @@ from trainer_core.project import Project, last_project, remember_last_project, s
 from trainer_core.runner import child_env
 from trainer_core.stages import STAGE_NAMES, STAGES
 from trainer_core.status import PLAN_FILE, student_width, shard_disk_estimate
+from trainer_core.packs.lookup import resolve_material
+from trainer_core.packs.estimates import teacher_need_gib
 
 __all__ = ["calibrate", "make_plan", "settings_key", "save_planned", "CALIBRATION_FILE", "PLAN_FILE", "hardware"]
 
@@ -56,7 +58,7 @@ LONG_TRAIN_S = 24 * 3600
 def _samples(project: Project) -> tuple[int, int]:
     """(train, val) samples the corpus settings ask for."""
     c = project.settings.corpus
-    if project.pack.corpus_kind == "image":
+    if project.pack.corpus_kind.reference_images:
         return c.n_image + c.n_two + c.n_text, c.n_val_image + c.n_val_text
     return c.n_train, c.n_val
 
@@ -73,7 +75,7 @@ def settings_key(project: Project) -> str:
         raw[section] = {k: v for k, v in (raw.get(section) or {}).items() if k not in keys}
     stamps = []
     for m in project.pack.project_materials(project):
-        path = project.pack.resolve_material(project, m.id)
+        path = resolve_material(project, m.id)
         if path is not None and path.exists():
             stamps.append((m.id, str(path), int(path.stat().st_mtime)))
     blob = json.dumps({"settings": raw, "materials": stamps}, sort_keys=True, default=str)
@@ -95,7 +97,7 @@ def _scratch(project: Project) -> Project:
     for key in ("train_file", "val_file"):
         value = getattr(project.settings.corpus, key)
         corpus[key] = str(project.resolve_user_path(value)) if value else ""
-    small = CAL_IMAGE if project.pack.corpus_kind == "image" else CAL_TEXT
+    small = CAL_IMAGE if project.pack.corpus_kind.reference_images else CAL_TEXT
     corpus.update(small)
     n_train = sum(v for k, v in small.items() if "val" not in k)
     n_val = sum(v for k, v in small.items() if "val" in k)
@@ -105,7 +107,7 @@ def _scratch(project: Project) -> Project:
     export.update(output_dir=str(root / "out"), copy_to="", run_eval=True)
     materials = raw.setdefault("materials", {})
     for m in project.pack.project_materials(project):
-        path = project.pack.resolve_material(project, m.id)
+        path = resolve_material(project, m.id)
         if path is not None:
             materials[m.id] = {**(materials.get(m.id) or {}), "path": str(path)}
     raw.pop("hf_token", None)
@@ -307,7 +309,7 @@ def make_plan(project: Project, hw: dict[str, Any] | None = None) -> dict[str, A
         train_fixed = max(0.0, s["train"] - cal["steps"] * cal["step_s"]
                           - (cal["steps"] // cal["val_every"] + 1) * cal["val_s"])
         val_real = cal["val_s"] * n_val / max(cv, 1)
-        stages["corpus"] = _stage(s["corpus"] * (ratio if project.pack.corpus_kind == "image" else 1),
+        stages["corpus"] = _stage(s["corpus"] * (ratio if project.pack.corpus_kind.reference_images else 1),
                                   b["corpus"] * ratio, r["corpus"], None, src)
         for split, n in (("val", n_val), ("train", n_train)):
             once = fixed if split == "val" or not chained else 0.0
@@ -367,7 +369,7 @@ def _warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> lis
     weights = teacher_bytes(project)
     if weights and not project.settings.precompute.mock_teacher:
         mode = getattr(project.settings.precompute, project.pack.teacher_control, "auto")
-        need_gib = project.pack.teacher_need_gib(project)        # the teacher's own figure (contract/placement.py)
+        need_gib = teacher_need_gib(project)        # the teacher's own figure (contract/placement.py)
         need = int(need_gib * 2**30) if need_gib is not None else weights + 3 * 2**30
         budget = int(card_budget_gib(hw["gpus"][0]["memory_bytes"] / 2**30,
                                      project.settings.precompute.gpu_mem_gib) * 2**30) if hw["gpus"] else 0
@@ -409,7 +411,7 @@ def _corpus_that_fits(project: Project, room: float, fixed: float, per: float, f
     c = project.settings.corpus
     n_train, n_val = _samples(project)
     train_keys, val_keys = (("n_image", "n_two", "n_text"), ("n_val_image", "n_val_text")) \
-        if project.pack.corpus_kind == "image" else (("n_train",), ("n_val",))
+        if project.pack.corpus_kind.reference_images else (("n_train",), ("n_val",))
 
     def cut(keys: tuple[str, ...], scale: float) -> dict[str, int]:
         return {k: max(1, int(getattr(c, k) * scale)) for k in keys if getattr(c, k)}

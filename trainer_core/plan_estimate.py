@@ -33,6 +33,8 @@ from trainer_core.base.diskspace import human
 from trainer_core.contract.placement import card_budget_gib, card_budgets, teacher_mode
 from trainer_core.project import Project
 from trainer_core.stages import STAGES
+from trainer_core.packs.lookup import find_material, resolve_material, teacher_material_ids
+from trainer_core.packs.estimates import reference_pixels, teacher_need_gib
 
 __all__ = ["placement", "rough_stages", "teacher_bytes", "train_ram", "SOURCE"]
 
@@ -74,12 +76,12 @@ def teacher_bytes(project: Project) -> int | None:
     """The teacher's weights (every model the pack's precompute loads, pack.teacher_material_ids): the
     safetensors on disk, else the material's size hint (~8.3 GB)."""
     total, known = 0, False
-    for material_id in project.pack.teacher_material_ids(project):
+    for material_id in teacher_material_ids(project):
         try:
-            material = project.pack.material(material_id)
+            material = find_material(project.pack, material_id)
         except KeyError:
             continue
-        root = project.pack.resolve_material(project, material_id)
+        root = resolve_material(project, material_id)
         found = sum(p.stat().st_size for p in root.rglob("*.safetensors")) if root is not None and root.exists() else 0
         if not found:
             m = re.search(r"([\d.]+)\s*(GB|MB)", material.size_hint or "")
@@ -104,7 +106,7 @@ def _embedding(folder: Any) -> float:
 
 def _student_params(project: Project) -> float:
     """pig_clip's parameters: the student GGUF's size at 2 bytes a weight, else the real 0.6B."""
-    path = project.pack.resolve_material(project, "student")
+    path = resolve_material(project, "student")
     try:
         return path.stat().st_size / 2 if path is not None and path.is_file() else _STUDENT_PARAMS
     except OSError:
@@ -144,7 +146,7 @@ def placement(project: Project, hw: dict[str, Any]) -> tuple[str, dict[str, int]
         where = ", ".join(f"{human(v)} on GPU {k}" for k, v in shares.items() if v)
         ram = f", {human(left)} in CPU RAM (accelerate hooks)" if left > 0 else ""
         return f"teacher placement={p.placement}: {where or 'nothing on the GPUs'}{ram}; {train}", shares
-    need = project.pack.teacher_need_gib(project)       # what the pack's teacher itself compares
+    need = teacher_need_gib(project)       # what the pack's teacher itself compares
     if need is None:                                     # no files yet: the size hint and the usual headroom
         need = weights / 2**30 + 3.0
     mode = teacher_mode(p.teacher_mode, True, budget / 2**30, need)
@@ -198,10 +200,10 @@ def _text_shape(folder: Path | None) -> tuple[float, float]:
 def _teacher_flops(project: Project, tokens: float) -> float:
     """FLOPs of one sample's forward through every model precompute loads besides the student: 2 per weight
     that multiplies (the embedding tables do not) per token, plus attention over the sample's tokens."""
-    pack, total = project.pack, 0.0
-    for material_id in pack.teacher_material_ids(project):
+    total = 0.0
+    for material_id in teacher_material_ids(project):
         try:
-            root = pack.resolve_material(project, material_id)
+            root = resolve_material(project, material_id)
         except KeyError:
             continue
         params = _model_params(root) or (teacher_bytes(project) or 0) / 2      # the size hint: bf16
@@ -243,13 +245,12 @@ def rough_stages(project: Project, hw: dict[str, Any], config: Any, samples: tup
     train_rate, train_kind = _rate(hw, t.device)
     n_train, n_val = samples
     student = _student_params(project)
-    pack = project.pack
     # the rows a sample has: the shard's, a student and a teacher row each (a query kind computes its queries)
     dims = {"out_dim": config.out_dim, "in_dim": config.in_dim} if config is not None else {}
     rows = per_sample / (2 * (dims["in_dim"] + dims["out_dim"])) if dims and per_sample else 90.0
     queries = float(getattr(config, "num_queries", 0) or 0)
     teacher = 0.0 if p.mock_teacher else _teacher_flops(project, queries or rows)
-    student_flops = 2 * max(0.0, student - _embedding(pack.resolve_material(project, "student_tokenizer"))) * rows
+    student_flops = 2 * max(0.0, student - _embedding(resolve_material(project, "student_tokenizer"))) * rows
     sample_s = _SAMPLE_FLOOR_S + (teacher + student_flops) / (pass_rate * _PASS_MFU)
     load = _MODEL_LIBS_S + (weights + student * 2) / _LOAD_BYTES_PER_S
     rate = train_rate * _TRAIN_MFU[train_kind]
@@ -261,7 +262,7 @@ def rough_stages(project: Project, hw: dict[str, Any], config: Any, samples: tup
     on_gpu = kind == "cuda"
     cuda_ram = _CUDA_RSS if on_gpu else 0
     shard_buffer = 3 * p.shard_size * per_sample                # the rows gathered, packed and written
-    pixels = pack.reference_pixels(project)
+    pixels = reference_pixels(project)
     images = _IMAGE_RSS + _PIXEL_BYTES * pixels if pixels else 0
     pre_ram = ((0 if on_gpu and sum(vram.values()) >= weights else weights) + 4 * student + _PROCESS_RSS
                + _MODEL_LIBS_RSS + cuda_ram + shard_buffer + images)

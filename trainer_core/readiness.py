@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from trainer_core.base.errors import UsageError
 from trainer_core.materials import all_statuses
+from trainer_core.packs.lookup import find_material, teacher_material_ids
 
 if TYPE_CHECKING:
     from trainer_core.project import Project
@@ -24,12 +25,12 @@ def launch_problems(project: "Project", only: list[str] | None = None) -> list[s
     if not any(name.startswith("precompute") and (not only or name in only) and not stage_done(project, name)
                for name in STAGE_NAMES):
         return []
-    mocked = set(project.pack.teacher_material_ids(project)) if mock_enabled(project) else set()
+    mocked = set(teacher_material_ids(project)) if mock_enabled(project) else set()
     lines = []
     for st in all_statuses(project, online=False):
         if not st.required or st.id in mocked or st.status in ("ready", "not needed"):
             continue
-        material = project.pack.material(st.id)
+        material = find_material(project.pack, st.id)
         if material.kind == "hf_snapshot":
             state = {"downloading": "is still downloading", "partial": "is partly downloaded"}.get(
                 st.status, f"is not downloaded ({st.path})")

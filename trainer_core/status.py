@@ -16,6 +16,7 @@ from trainer_core.project import Project
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import job_status, read_manifest
 from trainer_core.stages import STAGES, stage_done
+from trainer_core.packs.lookup import resolve_material
 
 __all__ = ["status_report", "STAGE_DETAILS", "output_files", "shard_disk_estimate", "planned_vs_actual", "PLAN_FILE",
            "student_width"]
@@ -35,7 +36,7 @@ def output_files(project: Project) -> list[dict[str, Any]]:
         if path.name == f"{name}-f16.gguf" or path.name.startswith(f"{name}-step"):
             st = path.stat()
             files.append({"name": path.name, "path": str(path), "size": st.st_size, "mtime": st.st_mtime})
-    for extra in project.pack.extra_outputs(project):         # what the pack exports beside the adapter
+    for extra in project.pack.extras.outputs(project):         # what the pack exports beside the adapter
         st = extra.stat()
         files.append({"name": extra.name, "path": str(extra), "size": st.st_size, "mtime": st.st_mtime})
     return files
@@ -43,7 +44,7 @@ def output_files(project: Project) -> list[dict[str, Any]]:
 
 def student_width(project: Project) -> int:
     """The student's hidden size from its config where the tokenizer folder has one."""
-    folder = project.pack.resolve_material(project, "student_tokenizer")
+    folder = resolve_material(project, "student_tokenizer")
     config = read_json(folder / "config.json", None) if folder is not None else None
     width = config.get("hidden_size") if isinstance(config, dict) else None
     return width if isinstance(width, int) and width > 0 else PIG_CLIP_WIDTH
@@ -54,8 +55,7 @@ def shard_disk_estimate(project: Project) -> dict[str, Any]:
     shapes (the teacher's config, or the real teacher's reference shapes before it is on disk).
     {samples, per_sample (None: not known before the first shard), total, source}."""
     c = project.settings.corpus
-    samples = (c.n_image + c.n_two + c.n_text + c.n_val_image + c.n_val_text) if project.pack.corpus_kind == "image" \
-        else c.n_train + c.n_val
+    samples = sum(project.pack.corpus_kind.samples(c))
     files = [f for f in shard_files(project, "train") + shard_files(project, "val") if shard_intact(f)]
     if files:
         from trainer_core.contract.shards import Shard

@@ -67,7 +67,7 @@ def _demo_outputs(project: Project, demo_root: Path) -> list[Path]:
     """What the demo's runs wrote beside its folder (the export, its snapshots, a pack's extra files),
     where that is the demo folder: the files a rebuild removes with the project."""
     out = project.output_dir()
-    found = [project.gguf_path(), *project.pack.extra_outputs(project),
+    found = [project.gguf_path(), *project.pack.extras.outputs(project),
              *out.glob(glob.escape(project.settings.name) + "-step*-f16.gguf")]
     return [p for p in found if p.is_file() and p.resolve().parent == demo_root]
 

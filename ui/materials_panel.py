@@ -14,6 +14,7 @@ import gradio as gr
 from trainer_core.base.errors import TrainerError
 from trainer_core.materials import MaterialStatus, adopt_existing, all_statuses, start_job, wanted
 from trainer_core.project import Project
+from trainer_core.packs.lookup import find_material
 
 from ui.common import banner, fmt_size
 
@@ -51,7 +52,7 @@ def table_updates(project: Project, statuses: list[MaterialStatus], selected: st
         pick.status if pick else "", "Download")
     running = [s for s in statuses if s.status == "downloading"]
     missing = [s for s in statuses if s.kind == "hf_snapshot" and s.status in ("missing", "partial")
-               and wanted(project, project.pack.material(s.id))]
+               and wanted(project, find_material(project.pack, s.id))]
     if running:
         all_label, all_ok = "Downloading…", False
     elif missing:
@@ -111,7 +112,7 @@ def download_missing(project_path: str | None, selected: str | None) -> tuple:
         project = Project.open(project_path)
         started = []
         for s in all_statuses(project, online=True):
-            m = project.pack.material(s.id)
+            m = find_material(project.pack, s.id)
             if s.kind == "hf_snapshot" and s.status in ("missing", "partial") and wanted(project, m):
                 if start_job(project, s.id):
                     started.append(s.title)

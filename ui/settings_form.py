@@ -9,21 +9,20 @@ from typing import Any
 
 import gradio as gr
 
-from trainer_core.base.config import SECTIONS, ConfigError, PackSetting, Settings, own_fields
+from trainer_core.base.config import SECTIONS, ConfigError, PackSetting, Settings, own_fields, pack_settings_of
+from trainer_core.contract.corpus_kinds import IMAGE, TEXT
 from trainer_core.packs import PACKS
 from trainer_core.project import Project
 
 __all__ = ["FormField", "FIELDS", "build_fields", "form_values", "form_assignments", "problem_updates",
-           "IMAGE_ONLY", "SECTION_TITLES"]
+           "KIND_ONLY", "SECTION_TITLES"]
 
 SECTION_TITLES = {"corpus": "Corpus", "precompute": "Precompute", "train": "Training", "export": "Output"}
-# corpus settings that only image packs read
-IMAGE_ONLY = {"image_presets", "image_folders", "n_image", "n_two", "n_text", "n_val_image", "n_val_text",
-              "ref_areas", "two_image_max_area"}
+# the corpus settings one corpus kind reads and another does not (contract/corpus_kinds.py)
+KIND_ONLY = {name for kind in (TEXT, IMAGE) for name in kind.settings}
 # the settings packs declare (LLaDA: export.export_sigvq): one field each, shown for the packs that have it
 PACK_SETTINGS: dict[str, PackSetting] = {s.key: s for pack in PACKS.values() for s in pack.settings}
 PACK_ONLY = set(PACK_SETTINGS)
-TEXT_ONLY = {"mode", "presets", "extra_files", "train_file", "val_file", "n_train", "n_val"}
 
 
 @dataclass(frozen=True)
@@ -157,18 +156,16 @@ def problem_updates(error: ConfigError | None) -> list[Any]:
 
 
 def visibility_updates(project: Project) -> list[Any]:
-    """Image-only corpus fields on image packs, text-only ones on text packs; the SigVQ export and
-    the teacher placement on LLaDA, the teacher mode on the others."""
-    image = project.pack.corpus_kind == "image"
+    """The corpus fields of the pack's corpus kind (the others hidden); the SigVQ export and the teacher
+    placement on LLaDA, the teacher mode on the others."""
+    kind, own = project.pack.corpus_kind.settings, pack_settings_of(project.pack)
     updates = []
     for field in FIELDS:
         name = field.key.split(".")[-1]
-        if field.section == "corpus" and name in IMAGE_ONLY:
-            updates.append(gr.update(visible=image))
-        elif field.section == "corpus" and name in TEXT_ONLY:
-            updates.append(gr.update(visible=not image))
+        if field.section == "corpus" and name in KIND_ONLY:
+            updates.append(gr.update(visible=name in kind))
         elif field.key in PACK_ONLY:                                           # one pack's own setting
-            updates.append(gr.update(visible=field.key in project.pack.extra_settings))
+            updates.append(gr.update(visible=field.key in own))
         elif field.key in ("precompute.placement", "precompute.teacher_mode"):   # the pack's own control
             updates.append(gr.update(visible=field.key.endswith(project.pack.teacher_control)))
         else:

@@ -10,6 +10,7 @@ from gradio_client import Client
 from hub_server import LocalHub
 from trainer_core import materials
 from trainer_core.project import Project
+from trainer_core.packs.lookup import find_material
 from ui import materials_panel, setup_tab
 from ui.app import serve
 
@@ -71,7 +72,7 @@ def test_materials_table_and_download_buttons(ctx, hub):
         hub.release()
 
         deadline = time.monotonic() + 120
-        while not all(materials.material_status(project, project.pack.material(i)).status == "ready"
+        while not all(materials.material_status(project, find_material(project.pack, i)).status == "ready"
                       for i in ("student_tokenizer", "teacher")):
             assert time.monotonic() < deadline, "the downloads did not finish"
             time.sleep(0.2)

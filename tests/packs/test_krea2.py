@@ -21,6 +21,7 @@ from trainer_core.packs.qwen3vl_flux3.teacher import MockKleinTeacher
 from trainer_core.packs.qwen3vl_krea2.teacher import Krea2Teacher
 from trainer_core.packs.qwen3vl_krea2.template import TAPS
 from trainer_core.project import Project
+from trainer_core.packs.lookup import format_prompt
 
 SYSTEM_TURN = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
                "spatial relationships of the objects and background:<|im_end|>\n")
@@ -39,7 +40,7 @@ def test_the_engine_drops_the_system_turn_and_the_user_header_34_rows(hf_tokeniz
     """Iris and Krea 2 compute the prefix by tokenizing the system turn and the user header."""
     dropped = len(hf_ids(hf_tokenizer, SYSTEM_TURN + USER))
     assert dropped == 34 == PACK.t2i_start
-    assert PACK.format_prompt("a cat") == SYSTEM_TURN + USER + "a cat" + MARKER
+    assert format_prompt(PACK, "a cat") == SYSTEM_TURN + USER + "a cat" + MARKER
 
 
 def test_the_taps_are_the_engines_twelve():
@@ -112,7 +113,7 @@ def plain_taps(root, token_lists, taps) -> list[torch.Tensor]:
 
 def test_the_teacher_is_the_plain_forwards_twelve_taps(teacher, qwen3vl36, hf_tokenizer):  # noqa: F811
     assert teacher.taps == TAPS and teacher.out_dim == 12 * 32
-    tokens = [hf_ids(hf_tokenizer, PACK.format_prompt(p)) for p in PROMPTS]
+    tokens = [hf_ids(hf_tokenizer, format_prompt(PACK, p)) for p in PROMPTS]
     got = teacher.hidden(tokens)
     want = plain_taps(qwen3vl36, tokens, TAPS)
     for g, w, t in zip(got, want, tokens):

@@ -13,6 +13,7 @@ from trainer_core.packs.llada_image.teacher import LLaDATeacher
 from trainer_core.packs.llada_image.tiny import write_tiny_llada
 from trainer_core.packs.llada_image.tiny_model.configuration_tiny_llada import TinyLLaDAConfig
 from trainer_core.packs.llada_image.tiny_model.modeling_tiny_llada import TinyLLaDAMoE
+from trainer_core.packs.lookup import format_prompt
 
 MOE = {"num_key_value_heads": 2, "num_experts": 8, "num_experts_per_tok": 3, "moe_intermediate_size": 16,
        "num_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 4, "topk_group": 2,
@@ -75,7 +76,7 @@ def test_a_moe_snapshot_has_dense_then_moe_layers_and_gqa_shapes(snapshot):
 
 def test_the_teacher_runs_the_moe_snapshot_and_a_padded_batch_equals_single_prompts(snapshot):
     teacher = LLaDATeacher(snapshot, dtype=torch.float32)
-    prompts = [PACK.format_prompt(t) for t in ("a cat", "an old lighthouse on a misty morning, oil painting")]
+    prompts = [format_prompt(PACK, t) for t in ("a cat", "an old lighthouse on a misty morning, oil painting")]
     batched = teacher.forward_prompts(prompts)
     assert batched.shape == (2, 256, 48) and torch.isfinite(batched).all()
     for i, prompt in enumerate(prompts):

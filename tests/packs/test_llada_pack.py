@@ -21,6 +21,7 @@ from trainer_core.project import Project
 from trainer_core.contract.shards import Shard, shard_files
 from trainer_core.stages import precompute, stage_done
 from trainer_core.packs.llada_image.tiny import write_tiny_llada
+from trainer_core.packs.lookup import format_prompt, resolve_material
 
 NQ, PROJ = 256, 48
 
@@ -37,7 +38,7 @@ def demo(template, tmp_path):
 
 
 def with_tiny_teacher(project: Project) -> Project:
-    write_tiny_llada(project.pack.resolve_material(project, "teacher"), num_queries=NQ, proj_dim=PROJ)
+    write_tiny_llada(resolve_material(project, "teacher"), num_queries=NQ, proj_dim=PROJ)
     project.update_settings(["precompute.mock_teacher=false"])
     return Project.open(project.root)
 
@@ -74,12 +75,12 @@ def test_shards_from_the_tiny_teacher(demo, monkeypatch):
     torch.testing.assert_close(shard["stat_s"], t_pack.double().sum(0))
     # each prompt's rows are its own single-prompt run, up to bf16 arithmetic (the stage runs the teacher in
     # bf16: batched and alone differ by a few rounding steps, rows of |x| ≈ 1.25 agree to cos ≥ 0.999)
-    teacher = LLaDATeacher(project.pack.resolve_material(project, "teacher"))
+    teacher = LLaDATeacher(resolve_material(project, "teacher"))
     for r in (0, s // 2, s - 1):
-        alone = teacher.forward_prompts([project.pack.format_prompt(prompts[r])])[0]
+        alone = teacher.forward_prompts([format_prompt(project.pack, prompts[r])])[0]
         cos = torch.nn.functional.cosine_similarity(t_pack[r * NQ:(r + 1) * NQ].float(), alone, dim=-1)
         assert float(cos.min()) >= 0.999
-    lens = teacher.text_lens([project.pack.format_prompt(p) for p in prompts])
+    lens = teacher.text_lens([format_prompt(project.pack, p) for p in prompts])
     assert lens == sorted(lens)                                  # the shard keeps the teacher-length order
 
 

@@ -19,9 +19,10 @@ from trainer_core.packs.llada_image.teacher import (WEIGHTS_FILE, LLaDATeacher, 
                                               sequential_device_map, teacher_dims)
 from trainer_core.packs.common.rope_guard import RopeError, default_rope_init, table_problem
 from trainer_core.packs.llada_image.tiny import write_tiny_llada
+from trainer_core.packs.lookup import format_prompt
 
 NQ, PROJ, HIDDEN = 256, 48, 32
-PROMPTS = [PACK.format_prompt(t) for t in
+PROMPTS = [format_prompt(PACK, t) for t in
            ("a cat", "", "an old lighthouse on a misty morning, oil painting with dramatic lighting and gulls")]
 
 
@@ -257,7 +258,7 @@ def test_a_cpu_budget_of_zero_is_available_ram_minus_six_gib(monkeypatch):
 
 def test_the_mock_has_the_real_shape_and_offset_and_a_prompt_part_bf16_keeps():
     mock = MockLLaDATeacher(2560, 256)
-    prompts = [PACK.format_prompt(t) for t in ("a red fox", "a glass teapot in the rain", "", "pixel art of a violin")]
+    prompts = [format_prompt(PACK, t) for t in ("a red fox", "a glass teapot in the rain", "", "pixel art of a violin")]
     rows = mock.forward_prompts(prompts)
     assert rows.shape == (4, 256, 2560) and rows.dtype == torch.bfloat16
     assert torch.equal(rows, MockLLaDATeacher(2560, 256).forward_prompts(prompts))          # deterministic

@@ -21,6 +21,8 @@ from conftest import REPO
 from trainer_core.contract.prompt_attention import parse_prompt_attention
 from trainer_core.packs.base import Budgets
 from trainer_core.project import Project
+from trainer_core.packs.lookup import resolve_material, teacher_module
+from trainer_core.packs.estimates import teacher_need_gib
 
 PACK_ID = "t5xxl_chroma"
 WINDOW, EOS, PAD = 512, 1, 0
@@ -61,7 +63,7 @@ def demo():
 
 @pytest.fixture(scope="module")
 def teacher_dir(demo):
-    return demo.pack.resolve_material(demo, "teacher")
+    return resolve_material(demo, "teacher")
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +207,7 @@ def test_mock_window_rule_and_rows():
 def test_batched_shard_equals_one_prompt_at_a_time(demo, teacher, prompts):
     from trainer_core.contract.student import load_student
     pack = demo.pack
-    student = load_student(pack.resolve_material(demo, "student"), pack.resolve_material(demo, "student_tokenizer"))
+    student = load_student(resolve_material(demo, "student"), resolve_material(demo, "student_tokenizer"))
     many = prompts + ["a photo", "sketch of a moon in the rain"]
     batched, meta = pack.make_shard(many, student, teacher, Budgets(3, 3 * WINDOW, 3, 3 * 64))
     assert sorted(meta["prompts"]) == sorted(many) and meta["num_queries"] == WINDOW
@@ -251,7 +253,7 @@ def test_registry_finds_the_pack_and_its_teacher_module():
     assert pack.reference_dims == {"out_dim": 4096, "num_queries": WINDOW, "seed_vocab": 32128}
     assert [p.id for p in PACKS.values() if p.order == pack.order] == [PACK_ID]
     assert [p.id for p in PACKS.values() if p.demo_order == pack.demo_order] == [PACK_ID]
-    module = importlib.import_module(pack.teacher_module)
+    module = importlib.import_module(teacher_module(pack))
     assert callable(module.choose_mode) and callable(module.resident_need_gib)
     assert module.choose_mode(Path("/nonexistent"), "auto", torch.device("cpu"), 0.0) == "cpu"
 
@@ -268,8 +270,8 @@ def test_pack_dims_mock_and_plan_hooks(demo, teacher):
     tensors, meta = pack.make_shard(["a red fox", "", "w " * 40], student, mock, Budgets(2, 2 * WINDOW, 2, 64))
     assert meta["prompts"] == ["", "a red fox", "w " * 40] and tensors["seed_len"].tolist() == [2, 5, 42]
     assert tensors["t_pack"].shape == (49, teacher.out_dim) and tensors["seed_ids"].shape == (3, WINDOW)
-    weights = (Path(pack.resolve_material(demo, "teacher")) / "model.safetensors").stat().st_size / 2**30
-    assert pack.teacher_need_gib(demo) == pytest.approx(weights + 2.5)
+    weights = (Path(resolve_material(demo, "teacher")) / "model.safetensors").stat().st_size / 2**30
+    assert teacher_need_gib(demo) == pytest.approx(weights + 2.5)
     command = pack.ggk_command(demo)
     assert "--diffusion-model chroma1-hd-Q8_0.gguf --vae ae.safetensors" in command
     assert f"--llm-adapter {demo.gguf_path()}" in command and "pig_clip-demo-f16.gguf" in command

@@ -21,6 +21,7 @@ from trainer_core.packs.qwen3_zimage.teacher import MockZImageTeacher, Qwen3Teac
 from trainer_core.packs.qwen3_zimage.template import tap_for
 from trainer_core.packs.qwen3_zimage.tiny import write_tiny_qwen3
 from trainer_core.project import Project
+from trainer_core.packs.lookup import format_prompt
 
 PROMPTS = ("", "a sheep in sunglasses", "a red fox, oil painting, golden hour, 35mm, highly detailed",
            "(red:1.3) car at night")
@@ -57,7 +58,7 @@ def test_the_teacher_is_the_plain_forwards_pre_norm_hidden_state(teacher, qwen3,
     from transformers import AutoModel
     plain = AutoModel.from_pretrained(qwen3, dtype=torch.float32).eval()
     assert teacher.n_layers == 4 and teacher.tap == 3 and teacher.out_dim == 48
-    tokens = [hf_ids(hf_tokenizer, PACK.format_prompt(p)) for p in PROMPTS]
+    tokens = [hf_ids(hf_tokenizer, format_prompt(PACK, p)) for p in PROMPTS]
     got = teacher.hidden(tokens)
     for g, t in zip(got, tokens):
         with torch.no_grad():

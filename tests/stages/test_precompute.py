@@ -23,6 +23,7 @@ from trainer_core.base.events import ListReport, parse_event
 from trainer_core.project import Project
 from trainer_core.contract.shards import Shard, load_stats, shard_files, valid_shards
 from trainer_core.stages import corpus, precompute, stage_done
+from trainer_core.packs.lookup import format_prompt, resolve_material
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +53,8 @@ def test_shard_content_is_the_contract(demo):
     assert precompute.run(demo, report, split="val") == "done"
     (path,) = shard_files(demo, "val")
     shard = Shard(path)
-    pack = demo.pack
-    teacher = T5Teacher(pack.resolve_material(demo, "teacher"))
-    student = load_student(pack.resolve_material(demo, "student"), pack.resolve_material(demo, "student_tokenizer"),
+    teacher = T5Teacher(resolve_material(demo, "teacher"))
+    student = load_student(resolve_material(demo, "student"), resolve_material(demo, "student_tokenizer"),
                            dtype="bf16")
     prompts = shard.prompts
     val = read_corpus(demo.corpus_files()[1])
@@ -281,7 +281,7 @@ def test_llada_precompute_on_the_mock_teacher(demo_template, tmp_path):
     shard = Shard(path)
     assert shard.meta["mock_teacher"] is True and shard.meta["contract"] == f"llada_image/2 {TOKENIZATION} mock-teacher"
     assert shard["t_pack"].shape == (10 * NUM_QUERIES, OUT_DIM) and shard["t_len"].tolist() == [NUM_QUERIES] * 10
-    teacher_lens = [len(project.pack.format_prompt(p)) // 4 + 1 for p in shard.prompts]   # the mock's lengths
+    teacher_lens = [len(format_prompt(project.pack, p)) // 4 + 1 for p in shard.prompts]   # the mock's lengths
     assert teacher_lens == sorted(teacher_lens)                  # the shard keeps the teacher batching order
     from trainer_core.contract.student import load_student
     student = load_student(materials / "pig_clip-demo-f16.gguf", materials / "pig-clip-tokenizer")

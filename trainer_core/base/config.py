@@ -257,7 +257,7 @@ def default_settings_dict(pack: PackInfo) -> dict:
         base[setting.section][setting.name] = copy.deepcopy(setting.default)
     merged = deep_merge(base, dict(pack.defaults))
     merged["pack"] = pack.id
-    merged["name"] = pack.default_name
+    merged["name"] = "pig_" + pack.default_folder       # the adapter name a project in the pack's folder gets
     return merged
 
 
@@ -321,7 +321,7 @@ def _cross_checks(s: Settings, pack: PackInfo, problems: list[str]) -> None:
     c = s.corpus
     if c.min_chars > c.max_chars:
         problems.append(f"corpus.min_chars ({c.min_chars}) must not exceed corpus.max_chars ({c.max_chars})")
-    if c.mode == "files" and pack.corpus_kind == "image":
+    if c.mode == "files" and pack.corpus_kind.reference_images:
         problems.append('corpus.mode "files" is for text packs; image packs read data/train.jsonl and data/val.jsonl')
     elif c.mode == "files" and not (c.train_file and c.val_file):
         problems.append('corpus.mode "files" needs both corpus.train_file and corpus.val_file; set them '

@@ -435,7 +435,7 @@ class ProjectFolder:
     def corpus_files(self) -> tuple[Path, Path]:
         """(train, val) corpus files: the user's own in files mode, else those under data/."""
         c = self.settings.corpus
-        if self.pack.corpus_kind == "image":
+        if self.pack.corpus_kind.reference_images:
             return self.data_dir / "train.jsonl", self.data_dir / "val.jsonl"
         if c.mode == "files":
             return self.resolve_user_path(c.train_file), self.resolve_user_path(c.val_file)

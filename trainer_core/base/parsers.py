@@ -19,8 +19,8 @@ class PackInfo(Protocol):
     id: str
     title: str
     defaults: Mapping[str, Any]
-    default_name: str
-    corpus_kind: str
+    default_folder: str
+    corpus_kind: Any               # contract/corpus_kinds.CorpusKind: what the corpus settings mean for it
     settings: tuple[Any, ...]      # config.PackSetting: the settings only this pack has
 
 

@@ -48,7 +48,7 @@ def export_checkpoint(project: ProjectFolder, ck: dict[str, Any], out: Path, che
         checkpoint=checkpoint, snapshot=snapshot,
         val_cos=float(val_cos) if val_cos is not None else None,
         best_val_cos=float(best) if best is not None and math.isfinite(best) and best > -1 else None)
-    pack_kvs = pack.adapter_kvs(config)
+    contents = pack.export_contents(project, config)         # raises before anything is written
     # "mu"/"sigma" are the (first) head's statistics; a kind with a second head keeps its own apart
     fold = {"mu": ck["mu"].float(), "sigma": ck["sigma"].float()} if config.spec.standardized else {}
     if config.spec.bank_head(config) is not None:
@@ -57,8 +57,8 @@ def export_checkpoint(project: ProjectFolder, ck: dict[str, Any], out: Path, che
                                   f"(mu_bank, sigma_bank); train it again with this version.")
         fold.update(bank_mu=ck["mu_bank"].float(), bank_sigma=ck["sigma_bank"].float())
     return write_adapter_gguf(out, model, config, name=project.settings.name, pack=pack.id,
-                              provenance=provenance, pack_kvs=pack_kvs, arrays=pack.export_arrays(project),
-                              extra=pack.export_tensors(project), **fold)
+                              provenance=provenance, pack_kvs=dict(contents.kvs), arrays=dict(contents.arrays),
+                              extra=dict(contents.tensors), **fold)
 
 
 def copy_export(src: Path, folder: str) -> Path:

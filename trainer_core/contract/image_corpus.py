@@ -156,6 +156,7 @@ class CorpusPlan:
     train: list[Sample]
     val: list[Sample]
     counts: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)      # what the pack's draws add to the corpus summary
 
 
 def text_pool(sources: Iterable[tuple[str, Iterable[str]]]) -> list[str]:
@@ -173,15 +174,15 @@ def _always(index: int) -> bool:
     return True
 
 
-Draws = Callable[[random.Random, list, list, Sequence[ImageEntry]], Mapping[str, int]]
+Draws = Callable[[random.Random, list, list, Sequence[ImageEntry]], tuple[Mapping[str, int], Sequence[str]]]
 
 
 def plan_corpus(entries: Sequence[ImageEntry], texts: Sequence[str], c: CorpusSettings,
                 is_valid: Callable[[int], bool] = _always, draws: Draws | None = None) -> CorpusPlan:
     """The samples of both files (see the module docstring for the order of the draws). `draws` are the
     pack's own, made last with the same generator on (rng, val, train, entries), replacing samples in
-    place (packs/base.TrainerPack.corpus_draws: the Klein targets, Ming's layer prompts); what it returns
-    joins the counts."""
+    place (packs/base.TrainerPack.corpus_draws: the Klein targets, Ming's layer prompts); the counts it returns
+    join the plan's, its notes the corpus summary."""
     if len(entries) <= c.n_val_image + 8:
         raise CorpusError(
             f"The image corpus has {len(entries)} images but needs more than {c.n_val_image + 8} "
@@ -223,13 +224,13 @@ def plan_corpus(entries: Sequence[ImageEntry], texts: Sequence[str], c: CorpusSe
     rng.shuffle(val)
     train = singles + pairs + [Sample(t, ()) for t in train_texts]
     rng.shuffle(train)
-    extra = dict(draws(rng, val, train, entries)) if draws is not None else {}
+    extra, notes = draws(rng, val, train, entries) if draws is not None else ({}, ())
     counts = {"single": len(singles), "two": len(pairs), "text": len(train_texts),
               "text_empty": train_texts.count(""), "val_image": len(val_images),
               "val_text": len(val_texts), "val_text_empty": val_texts.count(""),
               "train_empty": sum(1 for s in train if not s.text), "val_empty": sum(1 for s in val if not s.text),
               "klein": sum(s.klein for s in train), "val_klein": sum(s.klein for s in val), **extra}
-    return CorpusPlan(train, val, counts)
+    return CorpusPlan(train, val, counts, list(notes))
 
 
 def _too_few_decodable(left: int, need: str) -> CorpusError:
@@ -323,15 +324,17 @@ class _ImageCheck:
 
 
 def build_image_corpus(project: ProjectFolder, report: Report, should_stop: Callable[[], bool],
-                       text_sources: Callable[[], list[tuple[str, Iterable[str]]]]) -> str:
-    """The corpus stage of an image pack; `text_sources` gives the prompt sources of the text share."""
+                       text_sources: Callable[[], list[tuple[str, Iterable[str]]]],
+                       material: Callable[[str], Path]) -> str:
+    """The corpus stage of an image pack; `text_sources` gives the prompt sources of the text share, `material`
+    the folder of a material (an image preset's dataset)."""
     c = project.settings.corpus
     train_path, val_path = project.corpus_files()
     if train_path.is_file() and val_path.is_file():
         report("log", level="info", message=f"{train_path.name} and {val_path.name} exist in {project.data_dir}; "
                                             f"the image corpus is kept as it is")
         return "done"
-    sources = build_sources(project)
+    sources = build_sources(project, material)
     entries: list[ImageEntry] = []
     for i, (name, source) in enumerate(sources.items()):
         if should_stop():
@@ -363,7 +366,7 @@ def build_image_corpus(project: ProjectFolder, report: Report, should_stop: Call
                message=f"{check.bad} of the images drawn could not be read or decoded and were skipped")
     atomic_write_text(val_path, _jsonl(plan.val, check.paths))
     atomic_write_text(train_path, _jsonl(plan.train, check.paths))
-    _report_done(plan, check, report, train_path, val_path, pack.corpus_notes(plan.counts))
+    _report_done(plan, check, report, train_path, val_path, plan.notes)
     return "done"
 
 

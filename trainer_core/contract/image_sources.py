@@ -18,7 +18,7 @@ import json
 import re
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator, Optional, Protocol, TYPE_CHECKING
+from typing import Any, Callable, Iterator, Optional, Protocol, TYPE_CHECKING
 
 from trainer_core.base.errors import CorpusError
 
@@ -171,14 +171,14 @@ class FolderSource:
 PRESET_SOURCES = {"flickr30k": FlickrSource, "coco_captions": CocoSource}
 
 
-def build_sources(project: ProjectFolder) -> dict[str, ImageSource]:
+def build_sources(project: ProjectFolder, material: Callable[[str], Path]) -> dict[str, ImageSource]:
     """Source name -> source: the presets in their configured order, then the folders.
 
     A preset whose material is missing raises the pack's UsageError (how to download it)."""
     c = project.settings.corpus
     sources: dict[str, ImageSource] = {}
     for preset in c.image_presets:
-        sources[preset] = PRESET_SOURCES[preset](project.pack.require_material(project, f"images_{preset}"))
+        sources[preset] = PRESET_SOURCES[preset](material(f"images_{preset}"))
     for text in c.image_folders:
         folder = project.resolve_user_path(text)
         if not folder.is_dir():

@@ -73,7 +73,7 @@ def stage_done(project: Project, name: str) -> bool:
         return last is not None and last.trained_steps >= project.settings.train.steps
     if name == "export":
         gguf, best = _mtime(project.gguf_path()), checkpoints.mtime(project, checkpoints.BEST)
-        return gguf is not None and best is not None and gguf >= best and not project.pack.export_stale(project)
+        return gguf is not None and best is not None and gguf >= best and not project.pack.extras.stale(project)
     if name == "eval":
         ev, gguf = _mtime(project.eval_json), _mtime(project.gguf_path())
         return stage_done(project, "export") and ev is not None and ev >= gguf

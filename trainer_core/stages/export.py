@@ -26,7 +26,7 @@ __all__ = ["run", "remove_temps"]
 def remove_temps(project: Project) -> list[Path]:
     """Delete leftover temps of the files this stage writes: the GGUF, its export.copy_to copy and
     the pack's extra outputs. The run lock means no other export of this project is writing them."""
-    targets = [project.gguf_path(), *project.pack.extra_outputs(project)]
+    targets = [project.gguf_path(), *project.pack.extras.outputs(project)]
     if project.settings.export.copy_to:
         # where copy_export puts it
         targets.append(Path(os.path.expanduser(project.settings.export.copy_to)) / project.gguf_path().name)
@@ -41,14 +41,14 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
     if not checkpoints.exists(project, checkpoints.BEST):
         raise TrainerError("There is nothing to export: checkpoints/best.pt does not exist yet (train first).")
     ck = checkpoints.load(project, checkpoints.BEST, mmap=True)
-    if not project.pack.prepare_export(project, report, should_stop):      # e.g. Ming's vis_bridge fit
+    if not project.pack.extras.prepare(project, report, should_stop):      # e.g. Ming's vis_bridge fit
         return "stopped"
     out = export_checkpoint(project, ck, project.gguf_path(), "best", snapshot=False)
     report("artifact", path=str(out), kind="gguf", step=int(ck["step"]), size=out.stat().st_size)
     if project.settings.export.copy_to:
         copy = copy_export(out, project.settings.export.copy_to)
         report("artifact", path=str(copy), kind="gguf_copy", size=copy.stat().st_size)
-    project.pack.export_extras(project, report)        # e.g. LLaDA's SigVQ GGUF beside the adapter
+    project.pack.extras.write(project, report)        # e.g. LLaDA's SigVQ GGUF beside the adapter
     report("log", level="info", message=f"use it: {project.pack.ggk_command(project)}")
     if project.pack.ggk_edit_args:
         report("log", level="info", message=f"to edit images, add: {project.pack.ggk_edit_args}")

@@ -30,6 +30,7 @@ from trainer_core.contract.shards import (contract_for, expected_shards, mock_en
                                           remove_temps, shard_files, shard_path, write_shard)
 from trainer_core.base.allocator import keep_large_blocks, needs_large_blocks
 from trainer_core.stages.base import exit_process, never, stage_main
+from trainer_core.packs.lookup import require_material, resolve_material
 
 __all__ = ["run", "load_models", "large_block_batches"]
 
@@ -37,7 +38,7 @@ __all__ = ["run", "load_models", "large_block_batches"]
 def load_models(project: Project, report: Report) -> tuple[Any, Any, Any]:
     """(student, teacher, device), each loaded once for the stage."""
     pack, p = project.pack, project.settings.precompute
-    gguf, snapshot = pack.require_material(project, "student"), pack.require_material(project, "student_tokenizer")
+    gguf, snapshot = require_material(project, "student"), require_material(project, "student_tokenizer")
     from trainer_core.contract.dist import rank_device     # torch and transformers load only once the files are known
     from trainer_core.contract.student import load_student
     device = rank_device(p.device, current_rank())
@@ -90,7 +91,7 @@ def _run_split(project: Project, report: Report, should_stop: Callable[[], bool]
                loaded: list[tuple[Any, ...]]) -> str:
     pack = project.pack
     train_file, val_file = project.corpus_files()
-    corpus = pack.read_samples(project, val_file if split == "val" else train_file)
+    corpus = pack.corpus_kind.read_samples(project, val_file if split == "val" else train_file)
     total = expected_shards(project, split, len(corpus))
     rank = current_rank()
     if not _split_ready(project, split, rank, report, should_stop):
@@ -168,7 +169,7 @@ def _compute(project: Project, report: Report, should_stop: Callable[[], bool], 
             raise TrainerError(_shard_failure(split, index, e, done, total, pack.teacher_control)) from e
         meta = {"pack": pack.id, "kind": pack.adapter_kind, "contract": contract_for(project),
                 "mock_teacher": mock_enabled(project), "teacher_mode": getattr(teacher, "mode", ""),
-                "student": pack.resolve_material(project, "student").name, "split": split, "shard": index,
+                "student": resolve_material(project, "student").name, "split": split, "shard": index,
                 "samples": len(prompts), "in_dim": int(tensors["q_pack"].shape[1]),
                 "out_dim": int(tensors["t_pack"].shape[1]), "num_queries": extra.get("num_queries", 0),
                 "storage": "bf16", **extra.get("meta", {})}

@@ -2,18 +2,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer_core.base.config import pack_setting
 from trainer_core.base.parsers import boolean
-from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material, TrainerPack
+from trainer_core.contract.prompt_attention import parse_prompt_attention
+from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, EngineFacts, Material, TrainerPack
+from trainer_core.packs.llada_image.export import SigVQExtras
+from trainer_core.packs.lookup import require_material, resolve_material, teacher_prompt
 
 if TYPE_CHECKING:
-    from trainer_core.contract.kinds import AdapterConfig
     from trainer_core.base.folder import ProjectFolder
+    from trainer_core.contract.kinds import AdapterConfig
 
-from trainer_core.contract.prompt_attention import parse_prompt_attention
 from trainer_core.packs.llada_image.template import (EMPTY, MAX_LEN_TEACHER, NUM_QUERIES, OUT_DIM, PREFIX, SUFFIX,
                                                      TEMPLATE)
 from trainer_core.packs.eval_guide import EvalGuide
@@ -22,7 +23,7 @@ TEACHER = Material(
     "teacher", "LLaDA-Image-Turbo text encoder, QueryFormer, text_projection, tokenizer (teacher)",
     "hf_snapshot", repo="inclusionAI/LLaDA-Image-Turbo",
     patterns=("model_index.json", "text_encoder/*", "queryformer/*", "text_projection/*", "tokenizer/*"),
-    subdir="LLaDA-Image-Turbo", size_hint="~33 GB",
+    subdir="LLaDA-Image-Turbo", size_hint="~33 GB", model=True,
     hint="needs ~34 GB of combined GPU + CPU memory to run")
 SIGVQ = Material("sigvq", "SigVQ vision encoder (exported beside the adapter)", "hf_snapshot",
                  repo="inclusionAI/LLaDA-Image-Turbo", patterns=("sigvq/*",), subdir="LLaDA-Image-Turbo",
@@ -32,7 +33,7 @@ SIGVQ = Material("sigvq", "SigVQ vision encoder (exported beside the adapter)", 
 
 @dataclass(frozen=True)
 class LLaDAPack(TrainerPack):
-    teacher_class = "trainer_core.packs.llada_image.teacher:LLaDATeacher"     # placed by precompute.placement
+    teacher_class: str = "trainer_core.packs.llada_image.teacher:LLaDATeacher"     # placed by precompute.placement
 
     def student_chunks(self, text: str) -> list[str]:
         """PREFIX | " " + text, attention-parsed | SUFFIX; the empty prompt is EMPTY in one piece."""
@@ -45,16 +46,16 @@ class LLaDAPack(TrainerPack):
         (the reference shape when the teacher is mocked and not downloaded)."""
         from trainer_core.contract.shards import mock_enabled
         from trainer_core.packs.llada_image.teacher import teacher_dims
-        root = self.resolve_material(project, "teacher")
+        root = resolve_material(project, "teacher")
         if not (root / "text_projection" / "config.json").is_file() and mock_enabled(project):
             return dict(self.reference_dims)
-        dims = teacher_dims(self.require_material(project, "teacher"))
+        dims = teacher_dims(require_material(project, "teacher"))
         return {"out_dim": dims["out_dim"], "num_queries": dims["num_queries"]}
 
     def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
         from trainer_core.packs.llada_image.teacher import LLaDATeacher
         p = project.settings.precompute
-        return LLaDATeacher(self.require_material(project, "teacher"), device=device, placement=p.placement,
+        return LLaDATeacher(require_material(project, "teacher"), device=device, placement=p.placement,
                             gpu_mem_gib=p.gpu_mem_gib, cpu_mem_gib=p.cpu_mem_gib)
 
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
@@ -71,7 +72,7 @@ class LLaDAPack(TrainerPack):
 
         from trainer_core.contract.batching import greedy_batches
         from trainer_core.contract.shards import target_moments
-        formatted = [self.teacher_prompt(p) for p in prompts]
+        formatted = [teacher_prompt(self, p) for p in prompts]
         lens = teacher.text_lens(formatted)
         order = sorted(range(len(prompts)), key=lens.__getitem__)           # stable: by teacher length
         prompts, formatted = [prompts[i] for i in order], [formatted[i] for i in order]
@@ -114,39 +115,10 @@ class LLaDAPack(TrainerPack):
         from trainer_core.packs.llada_image.export import sigvq_path
         return super().ggk_command(project).replace("{sigvq}", str(sigvq_path(project)))
 
-    def export_extras(self, project: "ProjectFolder", report: Any) -> None:
-        from trainer_core.packs.llada_image.export import export_sigvq
-        sigvq, what = export_sigvq(project)
-        if what == "written":
-            report("artifact", path=str(sigvq), kind="sigvq_gguf", size=sigvq.stat().st_size)
-        elif what == "current":
-            report("log", level="info", message=f"{sigvq.name} is up to date")
-        elif what == "no source":
-            report("log", level="info", message="SigVQ not exported: the optional sigvq material is not on disk "
-                                                "(download it to get the editing encoder)")
-
-    def describe_output(self, path: Path, kvs: Mapping[str, Any]) -> dict[str, Any] | None:
-        """<name>_sigvq-f16.gguf: the SigVQ image tokenizer the engine's --llm_vision loads (the snapshot's
-        tensors as they are, f16)."""
-        if kvs.get("general.architecture") != "sigvq":
-            return None
-        from trainer_core.contract.gguf_io import read_gguf_tensors
-        names = set(read_gguf_tensors(path))
-        missing = [n for n in ("patch_embed.proj.weight", "quantizer.codebook") if n not in names]
-        return {"kind": "vision", "variant": "LLaDA-Image SigVQ image tokenizer (for --llm_vision)",
-                "config": {"tensors": len(names)},
-                "problems": [{"message": f"it lacks {', '.join(missing)}; export it again from the snapshot",
-                              "fatal": True}] if missing else []}
-
-    def extra_outputs(self, project: "ProjectFolder") -> list[Path]:
-        from trainer_core.packs.llada_image.export import sigvq_path
-        path = sigvq_path(project)
-        return [path] if path.is_file() else []
-
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """The mock teacher stands in; a small random SigVQ file makes the export write its GGUF too."""
         from trainer_core.packs.llada_image.tiny import write_tiny_sigvq
-        write_tiny_sigvq(self.resolve_material(project, "sigvq"))
+        write_tiny_sigvq(resolve_material(project, "sigvq"))
 
 
 PACK = LLaDAPack(
@@ -162,7 +134,6 @@ PACK = LLaDAPack(
         "The teacher needs ~34 GB of combined GPU + CPU memory."
     ),
     adapter_kind="resampler",
-    corpus_kind="text",
     default_folder="llada_adapter",
     shard_contract="llada_image/2",
     teacher_repo="inclusionAI/LLaDA-Image-Turbo",
@@ -190,7 +161,8 @@ PACK = LLaDAPack(
                "(engine-contract.md §1, §5.8)"),
     teacher_control="placement",
     reference_dims={"out_dim": OUT_DIM, "num_queries": NUM_QUERIES},
-    engine_versions=("llada_image",),
+    engine=EngineFacts(versions=("llada_image",)),
+    extras=SigVQExtras(),
     ggk_model_args="--diffusion-model LLaDA-image-turbo-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --llm_vision {sigvq}",
     settings=(pack_setting("export.export_sigvq", True, boolean,

@@ -9,16 +9,19 @@ safetensors it came from.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
+
+from trainer_core.packs.base import ExportExtras
+from trainer_core.packs.lookup import resolve_material
 
 if TYPE_CHECKING:  # the project layer sits above this one
     from trainer_core.base.folder import ProjectFolder
 
-__all__ = ["sigvq_source", "sigvq_path", "export_sigvq"]
+__all__ = ["sigvq_source", "sigvq_path", "export_sigvq", "SigVQExtras"]
 
 
 def sigvq_source(project: ProjectFolder) -> Path | None:
-    root = project.pack.resolve_material(project, "sigvq")
+    root = resolve_material(project, "sigvq")
     path = root / "sigvq" / "diffusion_pytorch_model.safetensors" if root else None
     return path if path is not None and path.is_file() else None
 
@@ -57,3 +60,34 @@ def export_sigvq(project: ProjectFolder) -> tuple[Path | None, str]:
                    for name in names)
         write_gguf(out, "sigvq", tensors, check=check)
     return out, "written"
+
+
+class SigVQExtras(ExportExtras):
+    """The SigVQ GGUF beside the adapter (`export.export_sigvq`), what `inspect` says of it, and where it is."""
+
+    def write(self, project: "ProjectFolder", report: Any) -> None:
+        sigvq, what = export_sigvq(project)
+        if what == "written":
+            report("artifact", path=str(sigvq), kind="sigvq_gguf", size=sigvq.stat().st_size)
+        elif what == "current":
+            report("log", level="info", message=f"{sigvq.name} is up to date")
+        elif what == "no source":
+            report("log", level="info", message="SigVQ not exported: the optional sigvq material is not on disk "
+                                                "(download it to get the editing encoder)")
+
+    def outputs(self, project: "ProjectFolder") -> list[Path]:
+        path = sigvq_path(project)
+        return [path] if path.is_file() else []
+
+    def describe(self, path: Path, kvs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """<name>_sigvq-f16.gguf: the SigVQ image tokenizer the engine's --llm_vision loads (the snapshot's
+        tensors as they are, f16)."""
+        if kvs.get("general.architecture") != "sigvq":
+            return None
+        from trainer_core.contract.gguf_io import read_gguf_tensors
+        names = set(read_gguf_tensors(path))
+        missing = [n for n in ("patch_embed.proj.weight", "quantizer.codebook") if n not in names]
+        return {"kind": "vision", "variant": "LLaDA-Image SigVQ image tokenizer (for --llm_vision)",
+                "config": {"tensors": len(names)},
+                "problems": [{"message": f"it lacks {', '.join(missing)}; export it again from the snapshot",
+                              "fatal": True}] if missing else []}

@@ -20,8 +20,10 @@ from trainer_core.base.config import pack_setting
 from trainer_core.base.errors import ModelFileError
 from trainer_core.base.parsers import boolean, choice, count
 from trainer_core.packs.common.slot_settings import SLOT_SETTINGS
-from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material, read_config_json
+from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, EngineFacts, ExportContents, Material
 from trainer_core.packs.common.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack
+from trainer_core.packs.lookup import material_json, read_config_json, require_material, resolve_material
+from trainer_core.packs.ming_image.extras import MingExtras, vision_path
 from trainer_core.packs.eval_guide import EvalGuide
 
 if TYPE_CHECKING:
@@ -43,7 +45,7 @@ TEACHER = Material(
               "mllm/preprocessor_config.json", "mllm/tokenizer.json", "mllm/tokenizer_config.json",
               "mllm/special_tokens_map.json", "connector/config.json", "connector/model-*.safetensors",
               "connector/model.safetensors.index.json", "mlp/config.json", "mlp/model.safetensors"),
-    subdir="Ming-Image-0.1-Design", size_hint="~38 GB",
+    subdir="Ming-Image-0.1-Design", size_hint="~38 GB", model=True,
     hint="the 16B Ling thinker with its vision tower (~32 GB bf16), the connector (~5.8 GB) and the "
          "projections; resident it needs ~36 GB of GPU memory, smaller cards stream the thinker from RAM; "
          "its tokenizer goes into the adapter and its vision tower is exported for editing")
@@ -57,7 +59,7 @@ STOCK_MMPROJ = Material(
 
 @dataclass(frozen=True)
 class MingPack(VisionPack):
-    teacher_class = "trainer_core.packs.ming_image.teacher:MingTeacher"
+    teacher_class: str = "trainer_core.packs.ming_image.teacher:MingTeacher"
     """A VisionPack for its image corpus and reading of samples; the seeded-slot trunk of the Qwen3.5
     bridge (its seed table) with Ming's caption bank."""
 
@@ -70,7 +72,7 @@ class MingPack(VisionPack):
     def shard_contract_of(self, project: "ProjectFolder") -> str:
         return f"{self.shard_contract}+slots{project.settings.train.max_slots}"
 
-    def layer_prompt(self, rng: Any, caption: str) -> str:
+    def _layer_prompt(self, rng: Any, caption: str) -> str:
         """"Decompose this image into N layers.\\n<caption>" or "<caption>\\nNumber of layers: N" (the two
         forms the engine reads), N from 2 … 8; the bare instruction when the caption names a count itself."""
         from trainer_core.packs.ming_image.template import layer_prompt
@@ -80,7 +82,8 @@ class MingPack(VisionPack):
         except ValueError:
             return layer_prompt("", n, style)
 
-    def corpus_draws(self, c: Any, rng: Any, val: list[Any], train: list[Any], entries: Any) -> dict[str, int]:
+    def corpus_draws(self, c: Any, rng: Any, val: list[Any], train: list[Any], entries: Any
+                     ) -> tuple[dict[str, int], list[str]]:
         """corpus.n_val_layer / n_layer single-image samples of each split take a layer-decomposition
         instruction over one of their image's captions (Ming-Image-Layer reads the layer count from the
         prompt); at 0 nothing is drawn."""
@@ -92,25 +95,22 @@ class MingPack(VisionPack):
             singles = [row for row, sample in enumerate(split) if len(sample.images) == 1]
             for row in rng.sample(singles, min(n, len(singles))):
                 caps = entries[split[row].images[0]].captions
-                split[row] = Sample(self.layer_prompt(rng, clean(rng.choice(caps)) if caps else ""),
+                split[row] = Sample(self._layer_prompt(rng, clean(rng.choice(caps)) if caps else ""),
                                     split[row].images, split[row].klein)
                 layered[name] += 1
-        return {"layer": layered["train"], "val_layer": layered["val"]}
-
-    def corpus_notes(self, counts: Mapping[str, int]) -> list[str]:
-        if not (counts.get("layer") or counts.get("val_layer")):
-            return []
-        return [f"{counts['layer']} train and {counts['val_layer']} val samples ask for a layer decomposition"]
+        notes = ([f"{layered['train']} train and {layered['val']} val samples ask for a layer decomposition"]
+                 if layered["train"] or layered["val"] else [])
+        return {"layer": layered["train"], "val_layer": layered["val"]}, notes
 
     # ------------------------------------------------------------ teacher
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """Direct rows (out_dim) and caption rows (cap_dim) from mlp/config.json, the vision rows (vis_dim,
         the thinker's width) and the Ling vocabulary (seed_vocab) from mllm/config.json; the reference
         shapes when the teacher is mocked and not downloaded."""
-        mlp = self.material_json(project, "teacher", "mlp/config.json")
+        mlp = material_json(project, "teacher", "mlp/config.json")
         if mlp is None:
             return dict(self.reference_dims)
-        root = self.require_material(project, "teacher")
+        root = require_material(project, "teacher")
         mllm = read_config_json(root / "mllm" / "config.json", self.teacher_repo)
         try:
             llm = mllm["llm_config"]
@@ -124,7 +124,7 @@ class MingPack(VisionPack):
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.ming_image.teacher import MockMingTeacher
         dims = self.teacher_dims(project)
-        tokenizer = self.resolve_material(project, "teacher") / "mllm" / "tokenizer.json"
+        tokenizer = resolve_material(project, "teacher") / "mllm" / "tokenizer.json"
         return MockMingTeacher(dims["out_dim"], dims["cap_dim"], dims["vis_dim"],
                                tokenizer if tokenizer.is_file() else None)
 
@@ -164,19 +164,21 @@ class MingPack(VisionPack):
         from trainer_core.packs.common.seed_table import load_seed_into
         load_seed_into(project.root / "seed_table.pt", model, self.id)
 
-    def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
-        return {**self.export_kvs,
-                "adapter.target": f"ming_image caption tokens (connector proj_out, {config.n_bank} x "
-                                  f"{config.bank_dim}) + directvlm rows ({config.out_dim} per Ling token)"}
+    def export_contents(self, project: "ProjectFolder", config: "AdapterConfig") -> ExportContents:
+        """The target's description, and the tensors the engine reads beside adapter.*: `tokenizer_json`, the
+        Ling tokenizer.json, one F16 element per byte (0 … 255, exact), which the engine reads to tokenize the
+        Ming template (an export without it is refused); and the fitted `vis_bridge.*` when there is one for
+        these inputs (bridge_fit.py)."""
+        kvs = {**self.export_kvs,
+               "adapter.target": f"ming_image caption tokens (connector proj_out, {config.n_bank} x "
+                                 f"{config.bank_dim}) + directvlm rows ({config.out_dim} per Ling token)"}
+        return ExportContents(kvs=kvs, tensors=self._tensors(project))
 
-    def export_tensors(self, project: "ProjectFolder") -> dict[str, Any]:
-        """`tokenizer_json`: the Ling tokenizer.json, one F16 element per byte (0 … 255, exact), which the
-        engine reads to tokenize the Ming template (an export without it is refused); and the fitted
-        `vis_bridge.*` when there is one for these inputs (bridge_fit.py)."""
+    def _tensors(self, project: "ProjectFolder") -> dict[str, Any]:
         import numpy as np
 
         from trainer_core.contract.adapter_layout import TOKENIZER_JSON
-        path = self.resolve_material(project, "teacher") / "mllm" / "tokenizer.json"
+        path = resolve_material(project, "teacher") / "mllm" / "tokenizer.json"
         try:
             data = path.read_bytes()
         except OSError:
@@ -191,63 +193,6 @@ class MingPack(VisionPack):
             for name, t in bridge_tensors(fitted[0]).items():
                 out[name] = t.numpy().astype(np.float16 if t.ndim == 2 else np.float32)
         return out
-
-    def export_stale(self, project: "ProjectFolder") -> bool:
-        from trainer_core.packs.ming_image.bridge_fit import bridge_stale
-        return bridge_stale(project)
-
-    def prepare_export(self, project: "ProjectFolder", report: Any, should_stop: Any) -> bool:
-        """Fit the vis_bridge when a stock mmproj is picked (bridge_fit.py)."""
-        from trainer_core.packs.ming_image.bridge_fit import ensure_vis_bridge
-        return ensure_vis_bridge(project, report, should_stop)
-
-    def vision_path(self, project: "ProjectFolder") -> Path:
-        from trainer_core.packs.ming_image.export import vision_gguf_name
-        base = project.settings.name.removesuffix("_adapter")       # pig_ming_adapter → pig_ming_vision-f16.gguf
-        return project.gguf_path().with_name(vision_gguf_name(project.settings.export.vision_quant, base))
-
-    def export_extras(self, project: "ProjectFolder", report: Any) -> None:
-        """The vision GGUF (`--llm_vision` for editing and layers) beside the adapter, from the teacher's
-        mllm/ tensors; skipped while it is newer than them."""
-        from trainer_core.packs.ming_image.vision import mllm_folder
-        from trainer_core.packs.ming_image.export import export_vision_gguf
-        e = project.settings.export
-        if not e.export_vision:
-            return
-        root = self.resolve_material(project, "teacher")
-        if not any(mllm_folder(root).glob("model*.safetensors")):
-            report("log", level="info", message="vision GGUF not exported: the teacher's mllm/ weights are not on "
-                                                "disk (download the teacher to edit images with the adapter)")
-            return
-        done = export_vision_gguf(root, self.vision_path(project), e.vision_quant, source=self.teacher_repo)
-        if done.skipped:
-            report("log", level="info", message=f"{done.path.name} is up to date")
-        else:
-            report("artifact", path=str(done.path), kind="vision_gguf", size=done.bytes)
-
-    def describe_output(self, path: Path, kvs: Mapping[str, Any]) -> dict[str, Any] | None:
-        """pig_ming_vision-*.gguf: the input-image encoder for --llm_vision, with what ggk reads from it."""
-        from trainer_core.packs.ming_image.export import KV_QUANT, KV_SOURCE, check_vision_gguf
-        if KV_SOURCE not in kvs:
-            return None
-        try:
-            c = check_vision_gguf(path)
-        except ModelFileError as e:
-            return {"kind": "vision", "variant": "Ming-Image input-image encoder", "config": {},
-                    "problems": [{"message": str(e), "fatal": True}]}
-        return {"kind": "vision", "variant": "Ming-Image input-image encoder (Qwen2.5-VL tower + linear_proj, "
-                                            "for --llm_vision)",
-                "config": {"layers": c.layers, "hidden": c.hidden, "out_hidden": c.out_hidden, "vis_dim": c.vis_dim,
-                           "patch_size": c.patch_size, "quant": kvs.get(KV_QUANT), "source": kvs[KV_SOURCE]},
-                "problems": []}
-
-    def extra_outputs(self, project: "ProjectFolder") -> list[Path]:
-        path = self.vision_path(project)
-        return [path] if path.is_file() else []
-
-    def engine_ids(self, student: Any, text: str) -> list[int]:
-        """The raw prompt's ids (the empty prompt: the pad token), the rows student_states runs."""
-        return list(student.tokenize(text))
 
     def student_states(self, student: Any, text: str) -> Any:
         ids, mask = student.batch([student.tokenize(text)])
@@ -264,7 +209,7 @@ class MingPack(VisionPack):
         """Text-to-image on Ming-Image-0.1-Design; editing adds the vision GGUF and a reference; layers run
         the -Layer DiT with a prompt file that names the layer count."""
         t2i = super().ggk_command(project)
-        vision = self.vision_path(project)
+        vision = vision_path(project)
         edit = t2i.replace(' -p "a prompt"', f' --llm_vision {vision} --ref-image ref.png -p "make it night"')
         layers = (t2i.replace("ming-image-0.1-design-nvfp4.gguf", "ming-image-0.1-design-layer-nvfp4.gguf")
                   .replace(' -p "a prompt"', f" --llm_vision {vision} --ref-image ref.png --prompt-file spec.txt "
@@ -287,9 +232,9 @@ class MingPack(VisionPack):
         tokenizer) and generated captioned scenes."""
         from trainer_core.packs.common.tiny_models import write_demo_images
         from trainer_core.packs.ming_image.tiny import write_tiny_ming, write_tiny_stock_mmproj
-        write_tiny_ming(self.resolve_material(project, "teacher"), cap_dim=96, direct_dim=128)
+        write_tiny_ming(resolve_material(project, "teacher"), cap_dim=96, direct_dim=128)
         write_tiny_stock_mmproj(project.materials_dir / "mmproj-tiny-qwen2.5vl-f16.gguf",
-                                self.resolve_material(project, "teacher"))
+                                resolve_material(project, "teacher"))
         write_demo_images(project.materials_dir / "demo_images", DEMO_IMAGES)
 
 
@@ -306,7 +251,6 @@ PACK = MingPack(
         "pig_ming_vision. Needs ggk 0.7.7 or later."
     ),
     adapter_kind="ming_image",
-    corpus_kind="image",
     default_folder="ming_adapter",
     shard_contract="ming_image/1",
     teacher_repo="inclusionAI/Ming-Image-0.1-Design",
@@ -337,7 +281,8 @@ PACK = MingPack(
         good="cos_centered is the mean of the caption bank's (cos_centered_cap) and the direct slots' "
              "(cos_centered_dir) centred cosines; compare runs by it and by rel_mse",
         source="none: \"No reference run exists\" (packs-contract-more.md D.1 §9)"),
-    engine_versions=("ming_image",),
+    engine=EngineFacts(versions=("ming_image",), raw_prompt=True, references="vision_gguf"),
+    extras=MingExtras(),
     ggk_model_args="--diffusion-model ming-image-0.1-design-nvfp4.gguf --vae pig_ming_image_vae_bf16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --steps 12 --diffusion-fa --offload-to-cpu",
     ggk_edit_args="",             # ggk_command already names the edit and layers lines

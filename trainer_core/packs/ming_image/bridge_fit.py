@@ -27,6 +27,7 @@ import torch
 from trainer_core.base.atomic import atomic_path, atomic_write_json
 from trainer_core.base.errors import TrainerError
 from trainer_core.contract.vis_bridge import BridgeConfig, VisBridge
+from trainer_core.packs.lookup import require_material, resolve_material
 
 if TYPE_CHECKING:
     from trainer_core.base.folder import ProjectFolder
@@ -40,7 +41,7 @@ Pair = tuple[torch.Tensor, torch.Tensor, int, int]          # stock rows, Ling r
 
 
 def _mmproj(project: "ProjectFolder") -> Path | None:
-    return project.pack.resolve_material(project, "stock_mmproj")
+    return resolve_material(project, "stock_mmproj")
 
 
 def fit_key(project: "ProjectFolder", mmproj: Path) -> dict[str, Any]:
@@ -175,7 +176,7 @@ def ensure_vis_bridge(project: "ProjectFolder", report: Any, should_stop: Callab
     mmproj = _mmproj(project)
     if not e.vis_bridge or mmproj is None:
         return True
-    mmproj = project.pack.require_material(project, "stock_mmproj")
+    mmproj = require_material(project, "stock_mmproj")
     if fitted_bridge(project) is not None:
         report("log", level="info", message=f"{FILE} is up to date (fitted on {mmproj.name})")
         return True

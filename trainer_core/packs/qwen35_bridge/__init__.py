@@ -14,7 +14,6 @@ caption as the Klein target) is not.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -23,7 +22,11 @@ from trainer_core.base.config import pack_setting
 from trainer_core.base.errors import ModelFileError
 from trainer_core.base.parsers import boolean, count
 from trainer_core.packs.common.slot_settings import SLOT_SETTINGS
-from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, Material
+from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, EngineFacts, ExportContents, Material
+from trainer_core.packs.common.flux3_klein import taps_for
+from trainer_core.packs.common.qwen_chat import check_chat_template
+from trainer_core.packs.estimates import prompt_tokens
+from trainer_core.packs.lookup import material_json, placed_teacher, resolve_material
 from trainer_core.packs.common.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
 from trainer_core.packs.eval_guide import EvalGuide
 
@@ -42,7 +45,7 @@ TEACHER = Material(
     "teacher", "Qwen3.5-9B (teacher)", "hf_snapshot", repo="Qwen/Qwen3.5-9B",
     patterns=("config.json", "model.safetensors.index.json", "model*.safetensors", "preprocessor_config.json",
               "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "chat_template.jinja"),
-    subdir="Qwen3.5-9B", size_hint="~19 GB",
+    subdir="Qwen3.5-9B", size_hint="~19 GB", model=True,
     hint="bf16 with its vision tower; resident it needs about 22 GB of GPU memory, smaller cards stream it from "
          "RAM; its tokenizer also goes into the adapter")
 KLEIN_ENCODER = qwen3vl_teacher("Qwen3-VL-4B-Instruct", "~8.3 GB", "only with train.klein_head: its text stack gives "
@@ -51,7 +54,7 @@ KLEIN_ENCODER = qwen3vl_teacher("Qwen3-VL-4B-Instruct", "~8.3 GB", "only with tr
 
 @dataclass(frozen=True)
 class BridgePack(VisionPack):
-    teacher_class = "trainer_core.packs.qwen35_bridge.teacher:Qwen35Teacher"
+    teacher_class: str = "trainer_core.packs.qwen35_bridge.teacher:Qwen35Teacher"
     """A VisionPack for its image corpus, reading of samples and materials; everything else its own."""
 
     invalidating: tuple[str, ...] = ("train.max_slots", "train.klein_head", "train.bank_slots")
@@ -64,9 +67,6 @@ class BridgePack(VisionPack):
         t = project.settings.train
         return f"{self.shard_contract}+prompt slots{t.max_slots} bank{t.bank_slots if t.klein_head else 0}"
 
-    def teacher_material_ids(self, project: "ProjectFolder") -> tuple[str, ...]:
-        return ("teacher", "klein_encoder") if project.settings.train.klein_head else ("teacher",)
-
     def project_materials(self, project: "ProjectFolder") -> tuple[Material, ...]:
         """The Klein encoder only while the Klein head is on."""
         found = super().project_materials(project)
@@ -76,15 +76,14 @@ class BridgePack(VisionPack):
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """Qwen3.5's text width (out_dim), vision output (vis_dim) and vocabulary (seed_vocab); the Klein
         encoder's 8 taps × width (bank_dim) when the head is on. Reference shapes when mocked with no file."""
-        from trainer_core.packs.qwen3vl_flux3.template import taps_for
         dims = dict(self.reference_dims)
-        config = self.material_json(project, "teacher")
+        config = material_json(project, "teacher")
         try:
             if config is not None:
                 text = config.get("text_config", config)
                 dims.update(out_dim=int(text["hidden_size"]), seed_vocab=int(text["vocab_size"]),
                             vis_dim=int(config["vision_config"]["out_hidden_size"]))
-            klein = self.material_json(project, "klein_encoder") if project.settings.train.klein_head else None
+            klein = material_json(project, "klein_encoder") if project.settings.train.klein_head else None
             if klein is not None:
                 kt = klein["text_config"]
                 dims["bank_dim"] = int(kt["hidden_size"]) * len(taps_for(int(kt["num_hidden_layers"])))
@@ -97,20 +96,20 @@ class BridgePack(VisionPack):
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.qwen35_bridge.teacher import MockQwen35Teacher
         dims = self.teacher_dims(project)
-        tokenizer = self.resolve_material(project, "teacher") / "tokenizer.json"
+        tokenizer = resolve_material(project, "teacher") / "tokenizer.json"
         return MockQwen35Teacher(dims["out_dim"], dims["vis_dim"], tokenizer if tokenizer.is_file() else None)
 
     def _klein_teacher(self, project: "ProjectFolder", teacher: Any) -> Any:
         from trainer_core.contract.shards import mock_enabled
-        from trainer_core.packs.qwen3vl_flux3.template import taps_for
         if mock_enabled(project):
-            from trainer_core.packs.qwen3vl_flux3.teacher import MockKleinTeacher
+            from trainer_core.packs.common.qwen3vl.taps_teacher import MockTapsTeacher
             dims = self.teacher_dims(project)
-            config = self.material_json(project, "klein_encoder")
+            config = material_json(project, "klein_encoder")
             n_layers = int(config["text_config"]["num_hidden_layers"]) if config else 36
-            return MockKleinTeacher(dims["bank_dim"], taps_for(n_layers))
-        return self.placed_teacher(project, "klein_encoder", getattr(teacher, "device", "cpu"),
-                                   "trainer_core.packs.qwen3vl_flux3.teacher:KleinTeacher")
+            return MockTapsTeacher(dims["bank_dim"], taps_for(n_layers))
+        return placed_teacher(project, "klein_encoder", getattr(teacher, "device", "cpu"),
+                              "trainer_core.packs.common.qwen3vl.taps_teacher:TapsTeacher", taps_of=taps_for,
+                              family="FLUX.3 Klein")
 
     def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
         from trainer_core.packs.common.qwen3vl.teacher import auto_budgets
@@ -126,18 +125,17 @@ class BridgePack(VisionPack):
         seed table, load the Klein teacher when the head is on."""
         from trainer_core.packs.qwen35_bridge.shards import BridgeSession
         from trainer_core.packs.qwen35_bridge.template import check_template
-        from trainer_core.packs.qwen3vl_flux3.template import check_templates
         t, c = project.settings.train, project.settings.corpus
         encode = teacher.encode
         check_template(encode, "teacher")
         self._seed_table(project, teacher, report)
         klein = None
         if t.klein_head:
-            check_templates(student.tokenize, "student")
+            check_chat_template(student.tokenize, "student")
             klein = self._klein_teacher(project, teacher)
             tok = getattr(klein, "tokenizer", None)
             if tok is not None:
-                check_templates(lambda s: tok.encode(s, add_special_tokens=False).ids, "Klein encoder")
+                check_chat_template(lambda s: tok.encode(s, add_special_tokens=False).ids, "Klein encoder")
         log = lambda m: report("log", level="warning", message=m)  # noqa: E731
         return BridgeSession(encode, c.ref_areas, c.two_image_max_area, t.max_slots,
                              t.bank_slots if t.klein_head else 0, klein, log)
@@ -152,15 +150,9 @@ class BridgePack(VisionPack):
         from trainer_core.packs.qwen35_bridge.shards import build_shard
         return build_shard(prompts, student, teacher, budgets, session, self.max_len_student)
 
-    def read_samples(self, project: "ProjectFolder", path: Any) -> list[dict[str, Any]]:
-        """The image-corpus records, with their `klein` flag."""
-        samples = super().read_samples(project, path)
-        for sample, line in zip(samples, path.read_text(encoding="utf-8").splitlines()):
-            sample["klein"] = bool(json.loads(line).get("klein"))
-        return samples
-
     # ------------------------------------------------------------ train / export
-    def corpus_draws(self, c: Any, rng: Any, val: list[Any], train: list[Any], entries: Any) -> dict[str, int]:
+    def corpus_draws(self, c: Any, rng: Any, val: list[Any], train: list[Any], entries: Any
+                     ) -> tuple[dict[str, int], list[str]]:
         """corpus.n_val_klein / n_klein samples of each split (image and text alike) also get a FLUX.3 Klein
         target; at 0 nothing is drawn."""
         from trainer_core.contract.image_corpus import Sample
@@ -168,7 +160,7 @@ class BridgePack(VisionPack):
             if n:
                 for row in rng.sample(range(len(split)), min(n, len(split))):
                     split[row] = Sample(split[row].text, split[row].images, True)
-        return {}
+        return {}, []
 
     def adapter_config(self, project: "ProjectFolder", in_dim: int, dims: Mapping[str, int] | None = None
                        ) -> "AdapterConfig":
@@ -184,7 +176,11 @@ class BridgePack(VisionPack):
         from trainer_core.packs.common.seed_table import load_seed_into
         load_seed_into(project.root / "seed_table.pt", model, self.id)
 
-    def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
+    def export_contents(self, project: "ProjectFolder", config: "AdapterConfig") -> ExportContents:
+        """The bridge's KVs, and the Qwen3.5 vocabulary and merges the engine tokenizes the MOSS template with."""
+        return ExportContents(kvs=self._kvs(config), arrays=self._vocabulary(project))
+
+    def _kvs(self, config: "AdapterConfig") -> dict[str, Any]:
         bank = config.n_bank > 0
         return {"adapter.kind": "qwen35_bridge", "adapter.n_bank": config.n_bank, "adapter.bank_dim": config.bank_dim,
                 "adapter.bank_align": int(config.bank_align), "adapter.max_slots": config.max_slots,
@@ -196,10 +192,9 @@ class BridgePack(VisionPack):
                                                           f"prompt as typed (token-aligned), {config.bank_dim})"
                                                           if bank else "")}
 
-    def export_arrays(self, project: "ProjectFolder") -> dict[str, list[str]]:
-        """The Qwen3.5 vocabulary and merges the engine tokenizes the MOSS template with."""
+    def _vocabulary(self, project: "ProjectFolder") -> dict[str, list[str]]:
         from trainer_core.packs.qwen35_bridge.teacher import tokenizer_arrays
-        path = self.resolve_material(project, "teacher") / "tokenizer.json"
+        path = resolve_material(project, "teacher") / "tokenizer.json"
         if not path.is_file():
             raise ModelFileError(f"The adapter must carry the Qwen3.5 vocabulary but {path} is missing; download "
                                  f"the teacher ({self.teacher_repo}) — its tokenizer.json is enough — then export "
@@ -213,14 +208,6 @@ class BridgePack(VisionPack):
         from trainer_core.packs.qwen35_bridge.template import seed_ids_from_file
         ids, runs = seed_ids_from_file(adapter, text, () if vis is None else (vis.shape[0],))
         return {"--seed-ids": ids, **({"--vis-pos": runs} if vis is not None else {})}
-
-    def engine_bank(self, version: str) -> bool:
-        """FLUX.3 Klein's conditioner reads the bank head (Qwen35BridgeEmbedder's want_bank); MOSS-Image the slots."""
-        return version == "flux3"
-
-    def engine_ids(self, student: Any, text: str) -> list[int]:
-        """The raw prompt's ids (the empty prompt: the pad token), the rows student_states runs."""
-        return list(student.tokenize(text))
 
     def student_states(self, student: Any, text: str) -> Any:
         ids, mask = student.batch([student.tokenize(text)])
@@ -245,7 +232,7 @@ class BridgePack(VisionPack):
         c, t = project.settings.corpus, project.settings.train
         samples = c.n_image + c.n_two + c.n_text + c.n_val_image + c.n_val_text
         refs = c.n_image + c.n_val_image + 2 * c.n_two
-        text = self.prompt_tokens(project, _STUDENT_ROWS)
+        text = prompt_tokens(project, _STUDENT_ROWS)
         per = (text * student_dim + (_TEXT_SLOTS - _STUDENT_ROWS + text) * dims["out_dim"]) * 2
         vis = refs * mean_slots(c.ref_areas, _REF_TOKENS) * (dims["out_dim"] + dims["vis_dim"]) * 2
         klein = (c.n_klein + c.n_val_klein) * _KLEIN_ROWS * dims.get("bank_dim", BANK_DIM) * 2 if t.klein_head else 0
@@ -257,8 +244,8 @@ class BridgePack(VisionPack):
         from trainer_core.packs.common.tiny_models import write_demo_images
         from trainer_core.packs.qwen35_bridge.tiny import write_tiny_qwen35
         from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
-        write_tiny_qwen35(self.resolve_material(project, "teacher"))
-        write_tiny_qwen3vl(self.resolve_material(project, "klein_encoder"), layers=9)
+        write_tiny_qwen35(resolve_material(project, "teacher"))
+        write_tiny_qwen3vl(resolve_material(project, "klein_encoder"), layers=9)
         write_demo_images(project.materials_dir / "demo_images", DEMO_IMAGES)
 
 
@@ -274,7 +261,6 @@ PACK = BridgePack(
         "path). The Qwen3.5 vocabulary rides in the adapter. Needs ggk 0.9.4 or later."
     ),
     adapter_kind="qwen35_bridge",
-    corpus_kind="image",
     default_folder="qwen3.5_9b_adapter",
     shard_contract="qwen35_bridge/1",
     teacher_repo="Qwen/Qwen3.5-9B",
@@ -308,7 +294,8 @@ PACK = BridgePack(
         good="judge the MOSS slots by cos_centered_moss and the FLUX.3 Klein bank by cos_centered_klein",
         source="none: packs-contract-more.md D.2 §9 gives only a failure signature (a caption-target run's centred "
                "bank cos 0.59, but 0.47 against other samples' targets: the bank ignored the prompt)"),
-    engine_versions=("moss_image", "flux3"),
+    engine=EngineFacts(versions=("moss_image", "flux3"), bank_versions=("flux3",), raw_prompt=True,
+                       references="mmproj"),
     ggk_model_args="--diffusion-model moss-image-sft-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
     ggk_args=("--llm {student} --llm-adapter {gguf} --llm_vision mmproj-qwen3.5-9b-f16.gguf --ref-image sheep.png "
               "--sampling-method euler --diffusion-fa"),

@@ -105,7 +105,7 @@ def build_shard(samples: list[dict[str, Any]], student: Any, teacher: Any, budge
         "v_pack": (torch.cat([v.to(torch.bfloat16) for v in encoded]) if encoded
                    else torch.zeros(0, vis_dim, dtype=torch.bfloat16)),
         "vis_sample": i32(vis_sample), "vis_start": i32(vis_start), "vis_len": i32(vis_len),
-        "klein": torch.tensor([bool(s.get("klein")) and session.n_bank > 0 for s in kept], dtype=torch.int8),
+        "klein": torch.tensor([bool(s.get("bank_target")) and session.n_bank > 0 for s in kept], dtype=torch.int8),
     }
     if session.n_bank:
         tensors.update(_bank(kept, tokens, session, budgets))
@@ -119,11 +119,11 @@ def _bank(kept: list[dict[str, Any]], tokens: list[list[int]], session: BridgeSe
           ) -> dict[str, torch.Tensor]:
     """The Klein rows of the Klein samples: n_real rows + one pad row (none when n_real = n_bank), and the
     bank moments (the pad row weighted by the pads the engine emits, n80 − n_real)."""
-    from trainer_core.packs.qwen3vl_flux3.template import PREFIX_IDS, SUFFIX_IDS
+    from trainer_core.packs.common.qwen_chat import PREFIX_IDS, SUFFIX_IDS
     NB, room = session.n_bank, session.n_bank - BANK_PREFIX - BANK_SUFFIX
     rows_n, real_n, body_n, templates, members = [], [], [], [], []
     for i, (sample, ids) in enumerate(zip(kept, tokens)):
-        if not sample.get("klein"):
+        if not sample.get("bank_target"):
             rows_n.append(0)
             real_n.append(0)
             body_n.append(0)

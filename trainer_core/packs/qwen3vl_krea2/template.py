@@ -12,16 +12,17 @@ what the teacher, the student and the adapter see for a prompt.
 * **Iris-3B** runs the same adapter with the same template and taps, but caps the caption — the prompt's
   tokens plus the 5-token assistant marker, the marker reserved — at 300 tokens and zero-pads the rest
   after the adapter (conditioner.hpp:2597-2608, 2901-2916). The pack trains on at most 34 + 300 rows,
-  cutting a longer prompt's body as Iris does, so what it learns is what both engines read.
+  cutting a longer prompt's body as Iris does (qwen_chat.fit_template), so what it learns is what both
+  engines read.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable
 
 from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.common.qwen3vl.vision_data import SUFFIX, SUFFIX_IDS, T2I_PREFIX, T2I_START, sample_chunks
 
-__all__ = ["TAPS", "SYSTEM_ROWS", "IRIS_CAPTION_CAP", "MAX_ROWS", "taps_for", "template_chunks", "fit_caption",
+__all__ = ["TAPS", "SYSTEM_ROWS", "IRIS_CAPTION_CAP", "MAX_ROWS", "taps_for", "template_chunks", "check_template",
            "T2I_PREFIX", "SUFFIX", "SUFFIX_IDS"]
 
 TAPS = tuple(range(2, 36, 3))               # 2, 5, …, 35: the engine's 12 Krea 2 / Iris taps
@@ -45,10 +46,11 @@ def template_chunks(text: str) -> list[str]:
     return sample_chunks(text, ())
 
 
-def fit_caption(ids: Sequence[int], max_rows: int = MAX_ROWS) -> list[int]:
-    """The template ids with the caption cut as Iris cuts it: the body shortened so the prompt's tokens and
-    the marker fit `max_rows` − 34 tokens, the marker kept."""
-    ids = list(ids)
-    if len(ids) <= max_rows:
-        return ids
-    return ids[:max_rows - len(SUFFIX_IDS)] + list(SUFFIX_IDS)
+def check_template(encode: Callable[[str], Any], what: str) -> None:
+    """Refuse a tokenizer whose system turn and user header are not the 34 rows the engine drops, or whose
+    assistant marker is not the engine's ids."""
+    rows, marker = len(encode(T2I_PREFIX)), tuple(encode(SUFFIX))
+    if rows != SYSTEM_ROWS or marker != SUFFIX_IDS:
+        raise ModelFileError(f"The {what} tokenizer gives the Krea 2 template's system turn {rows} tokens and its "
+                             f"marker {list(marker)}; the engine's are {SYSTEM_ROWS} and {list(SUFFIX_IDS)}: use "
+                             "the Qwen tokenizer of the snapshot.")

@@ -6,7 +6,8 @@ supervised, the 64 / 34-token templates of vision_data; the machinery is vision_
 from __future__ import annotations
 
 from trainer_core.packs.common.qwen3vl.vision_data import EDIT_PREFIX, SUFFIX, T2I_PREFIX, T2I_START
-from trainer_core.packs.base import STUDENT_MATERIALS
+from trainer_core.packs.base import STUDENT_MATERIALS, EngineFacts
+from trainer_core.packs.common.qwen3vl.references import vision_text_reference
 from trainer_core.packs.common.qwen3vl.vision_pack import IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
 from trainer_core.packs.eval_guide import EvalGuide
 
@@ -31,7 +32,6 @@ PACK = VisionPack(
         "Trains on an image corpus (Flickr30k by default) with synthesized edit instructions."
     ),
     adapter_kind="token_aligned_vision",
-    corpus_kind="image",
     default_folder="qwen3vl_4b_adapter",
     shard_contract="qwen3vl_mageflow/1",
     teacher_repo="Qwen/Qwen3-VL-4B-Instruct",
@@ -69,7 +69,8 @@ PACK = VisionPack(
         source="product brief (gguf-trainer-brief.txt): the trainer5 reference run's val cos 0.915, vision "
                "positions 0.80, text 0.98 (raw cosine over every real token, what eval.json's cos / cos_vis / "
                "cos_txt measure); no figure is published for cos_slice itself (engine-contract.md §2)"),
-    engine_versions=("mage_flow",),
+    reference_forward=vision_text_reference,
+    engine=EngineFacts(versions=("mage_flow",), teacher="qwen3_vl", references="mmproj", edit_tokens=True),
     ggk_model_args="--diffusion-model mageflow-edit-turbo-nvfp4.gguf --vae pig_mageflow_vae_fp32-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --llm_vision mmproj-qwen3vl-4b-it-f16.gguf",
     demo_settings=IMAGE_DEMO_SETTINGS,

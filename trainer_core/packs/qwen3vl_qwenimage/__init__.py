@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from trainer_core.packs.common.qwen3vl.qwenimage_data import START, SYSTEM, USER
 from trainer_core.packs.common.qwen3vl.vision_data import SUFFIX
-from trainer_core.packs.base import STUDENT_MATERIALS
+from trainer_core.packs.base import STUDENT_MATERIALS, EngineFacts
+from trainer_core.packs.common.qwen3vl.references import vision_text_reference
 from trainer_core.packs.common.qwen3vl.vision_pack import IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
 from trainer_core.packs.eval_guide import EvalGuide
 
@@ -34,7 +35,6 @@ PACK = VisionPack(
         "mmproj-qwen3vl-8b-it-f16.gguf. Needs ggk 0.6.6+."
     ),
     adapter_kind="token_aligned_vision",
-    corpus_kind="image",
     default_folder="qwen3vl_8b_adapter",
     shard_contract="qwen3vl_qwenimage/1",
     teacher_repo="Qwen/Qwen3-VL-8B-Instruct",
@@ -69,13 +69,16 @@ PACK = VisionPack(
     materials=STUDENT_MATERIALS + (TEACHER,),
     metric_names=("cos_slice", "cos_edit", "cos_t2i", "cos", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos",
                   "trained_steps", "val_samples"),
-    engine_versions=("qwen_image_2_1",),
+    reference_forward=vision_text_reference,
+    engine=EngineFacts(versions=("qwen_image_2_1",), teacher="qwen3_vl", references="mmproj", reference_area=True,
+                       edit_tokens=True),
     ggk_args="--llm {student} --llm-adapter {gguf}",
     # the demo's images rendered at 128² or 192² (16 or 36 slots) instead of 384²…1024²
     demo_settings=IMAGE_DEMO_SETTINGS + ("corpus.ref_areas=[[16384, 0.5], [36864, 0.5]]",
                                          "corpus.two_image_max_area=16384"),
     ggk_edit_args="--llm_vision mmproj-qwen3vl-8b-it-f16.gguf",
     contract="qwen_image_2_1",
+    reference_side=0,
     tap="pre_norm_last_layer",
     supervise="consumed_text",
     budget_scale=0.5,

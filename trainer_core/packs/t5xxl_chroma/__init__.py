@@ -2,11 +2,16 @@
 with T5 ids.
 
 ggk 0.9.7 gives Chroma DiTs its T5CLIPEmbedder, which takes `--llm pig_clip --llm-adapter X` in place of T5
-(conditioning/conditioner.hpp:1193-1506; engine-adapter-families §1.5). The
-student reads the raw prompt (no template, as PixArt's); the adapter's query i is seeded with the T5
-embedding of slot i of the engine's 512-slot window (template.py). The teacher is PixArt's (the same
-snapshot) run the way the engine runs T5 for Chroma: over the whole window with no key mask (teacher.py).
-Per prompt the targets are the rows the DiT reads: the real slots, EOS and the first pad slot.
+(conditioning/conditioner.hpp:1193-1506; engine-adapter-families §1.5). A declaration of the T5 family
+(common/t5/) with the engine's rules for Chroma:
+
+* the window (1371-1395, 1427-1435) is PixArt's rule at 512 slots: the raw prompt's T5 ids + EOS, padded with
+  0; a longer prompt keeps its first 511 ids and EOS. The same ids seed the adapter's 512 queries;
+* the engine's T5 runs over the whole window with no key mask (`chroma_use_t5_mask` false, 1504-1506), so the
+  teacher does too (PixArt's snapshot);
+* the DiT masks its text keys with the T5 key mask plus one pad slot (`chroma_t5_mask_pad` 1; 1533,
+  gk-diffuser.cpp:4389-4391): it reads the real slots, EOS and the first pad slot, min(real + 1, 512) rows a
+  prompt — the supervised rows.
 
 Evaluation: eval.json's `cos`, `cos_rms`, `rel_mse` and `worst_row_cos` are over those supervised rows.
 Its `cos_eos` is the cosine at the last supervised slot, which for this pack is the first pad slot (EOS
@@ -14,45 +19,18 @@ only when the window is full), so the pack does not list it among its metrics un
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
-
-from trainer_core.packs.base import Budgets
-from trainer_core.packs.common.t5 import T5_VOCAB, T5_WIDTH, T5EncoderPack
-from trainer_core.packs.t5xxl_chroma.template import CHROMA_WINDOW
-from trainer_core.packs.t5xxl_pixart import PACK as PIXART     # the same teacher snapshot and defaults
+from trainer_core.packs.base import STUDENT_MATERIALS, EngineFacts
+from trainer_core.packs.common.t5 import (T5_DEFAULTS, T5_EXPORT_KVS, T5_REPO, T5_TEACHER, T5_VOCAB, T5_WIDTH,
+                                          T5EncoderPack)
+from trainer_core.packs.common.t5.reference import t5_reference
 from trainer_core.packs.eval_guide import EvalGuide
 
-if TYPE_CHECKING:
-    from trainer_core.base.folder import ProjectFolder
+__all__ = ["PACK", "CHROMA_WINDOW"]
 
-__all__ = ["PACK", "ChromaPack"]
-
-
-@dataclass(frozen=True)
-class ChromaPack(T5EncoderPack):
-    """T5EncoderPack over Chroma's window: 512 queries, the unmasked teacher and its supervised rows."""
-
-    teacher_class = "trainer_core.packs.t5xxl_chroma.teacher:ChromaTeacher"
-
-    def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
-        """d_model and vocab_size of the teacher's config.json (the reference shapes when the teacher is mocked
-        and not downloaded), and the 512 queries of the engine's window."""
-        return {**super().teacher_dims(project), "num_queries": CHROMA_WINDOW}
-
-    def build_mock_teacher(self, project: "ProjectFolder") -> Any:
-        from trainer_core.packs.t5xxl_chroma.teacher import MockChromaTeacher
-        dims = self.teacher_dims(project)
-        return MockChromaTeacher(dims["out_dim"], dims["seed_vocab"])
-
-    def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
-        """The T5 budgets, with teacher_batch cut so that a batch's full windows fit tok_budget: the unmasked
-        teacher runs all 512 slots of every prompt, however few it keeps."""
-        b = super().budgets(project, device)
-        return replace(b, teacher_batch=max(1, min(b.teacher_batch, b.tok_budget // CHROMA_WINDOW)))
+CHROMA_WINDOW = 512   # chunk_len of T5CLIPEmbedder: the window's slots = the adapter's queries
 
 
-PACK = ChromaPack(
+PACK = T5EncoderPack(
     id="t5xxl_chroma",
     order=75,
     demo_order=8,
@@ -65,19 +43,22 @@ PACK = ChromaPack(
         "Chroma, at the slots its DiT reads: the real slots, EOS and the first pad (~40 rows × 4096 a prompt)."
     ),
     adapter_kind="seeded_resampler",
-    corpus_kind="text",
     default_folder="t5_chroma_adapter",
     shard_contract="t5xxl_chroma/1",
-    teacher_repo="callgg/t5-v1_1-xxl-encoder-bf16",
-    defaults=PIXART.defaults,
-    export_kvs={**PIXART.export_kvs,
+    teacher_repo=T5_REPO,
+    window=CHROMA_WINDOW,
+    key_mask=False,
+    dit_pad_slots=1,
+    defaults=T5_DEFAULTS,
+    export_kvs={**T5_EXPORT_KVS,
                 "adapter.target": ("chroma: t5_v1_1_xxl encoder last_hidden_state, unmasked 512-slot window "
                                    "(real slots, EOS and the first pad)")},
     max_len_student=512,
     reference_dims={"out_dim": T5_WIDTH, "num_queries": CHROMA_WINDOW, "seed_vocab": T5_VOCAB},
-    materials=PIXART.materials,
+    materials=STUDENT_MATERIALS + (T5_TEACHER,),
     metric_names=("cos", "cos_rms", "rel_mse", "worst_row_cos", "roundtrip_cos", "trained_steps", "val_batches"),
-    engine_versions=("chroma",),
+    engine=EngineFacts(versions=("chroma",)),
+    reference_forward=t5_reference,
     ggk_model_args="--diffusion-model chroma1-hd-Q8_0.gguf --vae ae.safetensors",
     ggk_args="--llm {student} --llm-adapter {gguf}",
     judge=EvalGuide(

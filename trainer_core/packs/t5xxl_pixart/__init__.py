@@ -4,21 +4,17 @@ The worked example of docs/PACKS.md. Per prompt the teacher gives T5's last_hidd
 the real slots of the 120-slot PixArt window (the T5 pieces + EOS, padded with 0); the
 student reads the raw prompt (no template); the adapter's query i is seeded with the T5
 embedding of slot i, so the ids the engine already builds for its mask select the queries.
+A declaration of the T5 family (common/t5/).
 """
 from __future__ import annotations
 
-from trainer_core.packs.base import STUDENT_MATERIALS, Material
-from trainer_core.packs.common.t5 import T5_VOCAB, T5_WIDTH, T5_WINDOW, T5EncoderPack
+from trainer_core.packs.base import STUDENT_MATERIALS, EngineFacts
+from trainer_core.packs.common.t5 import (T5_DEFAULTS, T5_EXPORT_KVS, T5_REPO, T5_TEACHER, T5_VOCAB, T5_WIDTH,
+                                          T5_WINDOW, T5EncoderPack)
+from trainer_core.packs.common.t5.reference import t5_reference
 from trainer_core.packs.eval_guide import EvalGuide
 
-__all__ = ["PACK", "TEACHER"]
-
-TEACHER = Material(
-    "teacher", "T5-XXL v1.1 encoder (teacher)", "hf_snapshot", repo="callgg/t5-v1_1-xxl-encoder-bf16",
-    patterns=("config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json",
-              "spiece.model", "tokenizer_config.json"),
-    subdir="t5-v1_1-xxl-encoder-bf16", size_hint="~9.5 GB",
-    hint="a ~12 GiB GPU budget keeps it resident; smaller cards stream its layers from RAM")
+__all__ = ["PACK"]
 
 
 PACK = T5EncoderPack(
@@ -33,30 +29,19 @@ PACK = T5EncoderPack(
         "loaded. Targets are T5's last_hidden_state at the real slots (~40 rows × 4096 a prompt)."
     ),
     adapter_kind="seeded_resampler",
-    corpus_kind="text",
     default_folder="t5_adapter",
     shard_contract="t5xxl_pixart/1",
-    teacher_repo="callgg/t5-v1_1-xxl-encoder-bf16",
-    defaults={
-        "corpus": {"n_train": 120000, "n_val": 2048, "empty_frac": 0.01},
-        "precompute": {
-            "shard_size": 1024, "val_shard_size": 512,
-            "teacher_batch": 0, "tok_budget": 0, "student_batch": 0, "teacher_mode": "auto",
-        },
-        "train": {"depth": 6, "sigma_floor": 0.03},
-    },
-    export_kvs={
-        "adapter.t5_vocab": T5_VOCAB,
-        "adapter.qwen_hidden_source": "final_norm",
-        "adapter.target": "t5_v1_1_xxl encoder last_hidden_state, 120-slot PixArt window",
-        "adapter.teacher": "callgg/t5-v1_1-xxl-encoder-bf16",
-    },
+    teacher_repo=T5_REPO,
+    window=T5_WINDOW,
+    defaults=T5_DEFAULTS,
+    export_kvs=T5_EXPORT_KVS,
     max_len_student=256,
     reference_dims={"out_dim": T5_WIDTH, "num_queries": T5_WINDOW, "seed_vocab": T5_VOCAB},  # ~40 slots are real
-    materials=STUDENT_MATERIALS + (TEACHER,),
+    materials=STUDENT_MATERIALS + (T5_TEACHER,),
     metric_names=("cos", "cos_rms", "rel_mse", "worst_row_cos", "cos_eos", "roundtrip_cos",
                   "trained_steps", "val_batches"),
-    engine_versions=("pixart",),
+    engine=EngineFacts(versions=("pixart",)),
+    reference_forward=t5_reference,
     ggk_model_args="--diffusion-model pixart-nvfp4.gguf --vae pig_pixart_vae_fp16-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf}",
     judge=EvalGuide(

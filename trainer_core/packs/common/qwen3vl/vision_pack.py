@@ -11,19 +11,20 @@ rows alone are stored and measured). See packs-contract §B.2 / §B.3 and docs/S
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from trainer_core.base.errors import ModelFileError, TrainerError
+from trainer_core.contract.corpus_kinds import IMAGE, CorpusKind
 from trainer_core.packs.base import Budgets, Material, TrainerPack
+from trainer_core.packs.common.qwen3vl.vision_data import MAX_SIDE
 
 if TYPE_CHECKING:
     from trainer_core.contract.kinds import AdapterConfig
     from trainer_core.base.folder import ProjectFolder
 
-__all__ = ["VisionPack", "VisionSession", "map_rows", "PROBES", "qwen3vl_teacher", "IMAGE_DEMO_SETTINGS", "DEMO_IMAGES"]
+__all__ = ["VisionPack", "VisionSession", "map_rows", "PROBES", "qwen3vl_teacher", "IMAGE_DEMO_SETTINGS", "DEMO_IMAGES",
+           "TEXT_TEACHER_4B"]
 
 PROBES = ("a sheep in sunglasses", "make it night", "", "Add snow, heavy")
 TEACHER_PATTERNS = ("config.json", "generation_config.json", "model.safetensors.index.json", "model-*.safetensors",
@@ -37,7 +38,7 @@ def qwen3vl_teacher(name: str, size_hint: str, hint: str, material_id: str = "te
     `vision` the image preprocessor's config is not fetched (a pack that runs the text stack only)."""
     patterns = tuple(p for p in TEACHER_PATTERNS if vision or p != "preprocessor_config.json")
     return Material(material_id, f"{name} ({role})", "hf_snapshot", repo=f"Qwen/{name}", patterns=patterns,
-                    subdir=name, size_hint=size_hint, hint=hint)
+                    subdir=name, size_hint=size_hint, hint=hint, model=True)
 
 
 def map_rows(blocks: list[Any], weight: Any, rows_per_call: int = 8192) -> list[Any]:
@@ -67,6 +68,10 @@ class VisionSession:
     two_image_max_area: int = 0
 
 
+# Qwen3-VL-4B-Instruct for the packs that run its text stack only (FLUX.3 Klein, Krea 2)
+TEXT_TEACHER_4B = qwen3vl_teacher("Qwen3-VL-4B-Instruct", "~8.3 GB", "only the text stack runs: resident it needs "
+                                  "about 11 GB of GPU memory; smaller cards stream it from RAM", vision=False)
+
 # the demo: a tiny random Qwen3-VL teacher and DEMO_IMAGES generated captioned scenes in a local folder
 DEMO_IMAGES = 32
 IMAGE_DEMO_SETTINGS = ("corpus.image_presets=[]", "corpus.image_folders=materials/demo_images", "corpus.n_image=64",
@@ -79,7 +84,9 @@ _T2I_TEXT, _EDIT_TEXT, _IMAGE_TOKENS = 21, 20, 144
 
 @dataclass(frozen=True)
 class VisionPack(TrainerPack):
-    teacher_class = "trainer_core.packs.common.qwen3vl.teacher:Qwen3VLTeacher"
+    teacher_class: str = "trainer_core.packs.common.qwen3vl.teacher:Qwen3VLTeacher"
+    corpus_kind: CorpusKind = IMAGE
+    reference_side: int = MAX_SIDE            # MageFlow reads references within 384²; Qwen-Image at ref_areas (0)
     contract: str = "mageflow_edit"           # "mageflow_edit" | "qwen_image_2_1"
     tap: str = "final_norm"                   # "final_norm" | "pre_norm_last_layer" (the full HF forward)
     supervise: str = "all"                    # "all" | "consumed_text"
@@ -116,21 +123,23 @@ class VisionPack(TrainerPack):
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """text_config.hidden_size and vision_config.out_hidden_size of the teacher's config.json (the
         reference shapes when the teacher is mocked and not downloaded)."""
-        config = self.material_json(project)
+        from trainer_core.packs.lookup import material_json, resolve_material
+        config = material_json(project)
         if config is None:
             return dict(self.reference_dims)
         try:
             return {"out_dim": int(config["text_config"]["hidden_size"]),
                     "vis_dim": int(config["vision_config"]["out_hidden_size"])}
         except (KeyError, TypeError, ValueError):
-            raise ModelFileError(f"The teacher config in {self.resolve_material(project, 'teacher')} is not a "
+            raise ModelFileError(f"The teacher config in {resolve_material(project, 'teacher')} is not a "
                                  "Qwen3-VL config (text_config.hidden_size, vision_config.out_hidden_size); "
                                  f"download {self.teacher_repo} again.") from None
 
     def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
         if self.tap == "pre_norm_last_layer":        # the full HF forward
-            return self.placed_teacher(project, "teacher", device,
-                                       "trainer_core.packs.common.qwen3vl.teacher:Qwen3VLFullTeacher")
+            from trainer_core.packs.lookup import placed_teacher
+            return placed_teacher(project, "teacher", device,
+                                  "trainer_core.packs.common.qwen3vl.teacher:Qwen3VLFullTeacher")
         return super().build_teacher(project, device)
 
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
@@ -146,22 +155,6 @@ class VisionPack(TrainerPack):
                        p.vis_tok_budget or auto["vis_tok_budget"])
 
     # ------------------------------------------------------------ precompute
-    def read_samples(self, project: "ProjectFolder", path: Path) -> list[dict[str, Any]]:
-        """{"text", "images": [paths], "rel": [as written]} per line of a corpus .jsonl (image paths are
-        relative to data/)."""
-        samples = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            try:
-                record = json.loads(line)
-                text, rel = record["text"], list(record.get("images") or [])
-                if not isinstance(text, str) or not all(isinstance(r, str) for r in rel):
-                    raise ValueError("text must be a string and images a list of paths")
-            except (ValueError, KeyError, TypeError) as e:
-                raise TrainerError(f"{path} line {number} is not an image-corpus record ({e}); "
-                                   "reset the corpus and run it again.") from None
-            samples.append({"text": text, "images": [project.data_dir / r for r in rel], "rel": rel})
-        return samples
-
     def prepare(self, project: "ProjectFolder", student: Any, teacher: Any, report: Any) -> VisionSession:
         """Check both tokenizers against the engine's templates and each other, then fit (or reuse)
         vision_proj."""
@@ -201,7 +194,8 @@ class VisionPack(TrainerPack):
         if table is not None:
             source = tensor_rows(table, "the teacher's embed_tokens")
         else:
-            root = self.resolve_material(project, "teacher")
+            from trainer_core.packs.lookup import resolve_material
+            root = resolve_material(project, "teacher")
             if (root / "model.safetensors.index.json").is_file() or any(root.glob("*.safetensors")):
                 source = safetensors_rows(root)
             else:        # the mock without a downloaded teacher: a fixed random table
@@ -316,7 +310,8 @@ class VisionPack(TrainerPack):
         from trainer_core.packs.common.qwen3vl.vision_data import EDIT_START, HEADER_TOKENS, SUFFIX_IDS, T2I_START
         c = project.settings.corpus
         row = (student_dim + dims["out_dim"]) * 2
-        t2i_rows = T2I_START + self.prompt_tokens(project, _T2I_TEXT) + len(SUFFIX_IDS)    # 34 + ~21 + 5
+        from trainer_core.packs.estimates import prompt_tokens
+        t2i_rows = T2I_START + prompt_tokens(project, _T2I_TEXT) + len(SUFFIX_IDS)    # 34 + ~21 + 5
         edit_rows = EDIT_START + HEADER_TOKENS + 1 + _EDIT_TEXT            # 64 + 7 + 20
         samples = c.n_image + c.n_two + c.n_text + c.n_val_image + c.n_val_text
         one, two = _IMAGE_TOKENS, _IMAGE_TOKENS
@@ -327,14 +322,10 @@ class VisionPack(TrainerPack):
         return ((c.n_text + c.n_val_text) * t2i_rows * row + edits * edit_rows * row
                 + image_rows * (row + dims["vis_dim"] * 2)) / max(samples, 1)
 
-    def reference_pixels(self, project: "ProjectFolder") -> int:
-        """MageFlow's references are read within MAX_SIDE × MAX_SIDE; Qwen-Image's at corpus.ref_areas."""
-        from trainer_core.packs.common.qwen3vl.vision_data import MAX_SIDE
-        return super().reference_pixels(project) if self.contract == "qwen_image_2_1" else MAX_SIDE**2
-
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny random Qwen3-VL teacher and generated captioned scenes under materials/demo_images."""
         from trainer_core.packs.common.tiny_models import write_demo_images
         from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
-        write_tiny_qwen3vl(self.resolve_material(project, "teacher"))
+        from trainer_core.packs.lookup import resolve_material
+        write_tiny_qwen3vl(resolve_material(project, "teacher"))
         write_demo_images(project.materials_dir / "demo_images", DEMO_IMAGES)

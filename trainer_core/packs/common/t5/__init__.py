@@ -1,57 +1,95 @@
 """A pack whose teacher is a T5 encoder read over the engine's caption window, and whose adapter is a
-seeded resampler (one query per window slot, seeded with the slot's T5 id): the teacher and the
-mock (teacher.py), the demo's tiny real T5 (tiny.py), and the pack hooks over them (`T5EncoderPack`).
-A T5 engine family is a declaration of this class (packs/t5xxl_pixart/, docs/pack_template/)."""
+seeded resampler (one query per window slot, seeded with the slot's T5 id): the teacher, the window's
+rules and the mock (teacher.py), the demo's tiny real T5 (tiny.py), the T5-XXL v1.1 snapshot and the
+recipe its families share, and the pack hooks over them (`T5EncoderPack`). A T5 engine family is a
+declaration of this class with its window (packs/t5xxl_pixart/, packs/t5xxl_chroma/, docs/pack_template/)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
-from trainer_core.packs.base import Budgets, TrainerPack
+from trainer_core.packs.base import Budgets, ExportContents, Material, TrainerPack
 
 if TYPE_CHECKING:
     from trainer_core.base.folder import ProjectFolder
     from trainer_core.contract.kinds import AdapterConfig
 
-__all__ = ["T5EncoderPack", "T5_WIDTH", "T5_VOCAB", "T5_WINDOW"]
+__all__ = ["T5EncoderPack", "T5_WIDTH", "T5_VOCAB", "T5_WINDOW", "T5_REPO", "T5_TEACHER", "T5_DEFAULTS",
+           "T5_EXPORT_KVS"]
 
 # the reference shapes (T5-XXL v1.1); the stages read the real ones from the teacher's config
 T5_WIDTH, T5_VOCAB = 4096, 32128
-T5_WINDOW = 120  # the caption window = the seeded queries (teacher.T5_WINDOW)
+T5_WINDOW = 120  # PixArt's caption window = the seeded queries (teacher.T5_WINDOW)
 _PROMPT_TOKENS = 50  # the disk estimate's caption of a preset: ~60 student rows, ~40 T5 pieces
+
+T5_REPO = "callgg/t5-v1_1-xxl-encoder-bf16"
+T5_TEACHER = Material(
+    "teacher", "T5-XXL v1.1 encoder (teacher)", "hf_snapshot", repo=T5_REPO,
+    patterns=("config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json",
+              "spiece.model", "tokenizer_config.json"),
+    subdir="t5-v1_1-xxl-encoder-bf16", size_hint="~9.5 GB", model=True,
+    hint="a ~12 GiB GPU budget keeps it resident; smaller cards stream its layers from RAM")
+# the original trainer recipe: 120k prompts, depth 6, a σ floor of 0.03; budgets chosen per card
+T5_DEFAULTS = {
+    "corpus": {"n_train": 120000, "n_val": 2048, "empty_frac": 0.01},
+    "precompute": {"shard_size": 1024, "val_shard_size": 512, "teacher_batch": 0, "tok_budget": 0,
+                   "student_batch": 0, "teacher_mode": "auto"},
+    "train": {"depth": 6, "sigma_floor": 0.03},
+}
+T5_EXPORT_KVS = {"adapter.t5_vocab": T5_VOCAB, "adapter.qwen_hidden_source": "final_norm",
+                 "adapter.target": "t5_v1_1_xxl encoder last_hidden_state, 120-slot PixArt window",
+                 "adapter.teacher": T5_REPO}
 
 
 @dataclass(frozen=True)
 class T5EncoderPack(TrainerPack):
-    teacher_class = "trainer_core.packs.common.t5.teacher:T5Teacher"
-    """The hooks of a T5-encoder pack: its declaration names the teacher material ("teacher")."""
+    """The hooks of a T5-encoder pack: its declaration names the teacher material ("teacher") and the window's
+    rules: `window` slots (the adapter's queries), the teacher's `key_mask`, and the pad slots after the real
+    ones the DiT reads (`dit_pad_slots`, supervised too)."""
+
+    teacher_class: str = "trainer_core.packs.common.t5.teacher:T5Teacher"
+    window: int = T5_WINDOW
+    key_mask: bool = True
+    dit_pad_slots: int = 0
 
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:
         """d_model and vocab_size of the teacher's config.json (the reference shape when the
-        teacher is mocked and not downloaded)."""
-        config = self.material_json(project)
+        teacher is mocked and not downloaded), and the window's slots."""
+        from trainer_core.packs.lookup import material_json
+        config = material_json(project)
         if config is None:
-            return {"out_dim": T5_WIDTH, "seed_vocab": T5_VOCAB, "num_queries": T5_WINDOW}
+            return {"out_dim": T5_WIDTH, "seed_vocab": T5_VOCAB, "num_queries": self.window}
         return {"out_dim": int(config["d_model"]), "seed_vocab": int(config["vocab_size"]),
-                "num_queries": T5_WINDOW}
+                "num_queries": self.window}
+
+    def build_teacher(self, project: "ProjectFolder", device: Any) -> Any:
+        from trainer_core.packs.lookup import placed_teacher
+        return placed_teacher(project, "teacher", device, window=self.window, key_mask=self.key_mask,
+                              dit_pad_slots=self.dit_pad_slots)
 
     def shard_bytes(self, project: "ProjectFolder", dims: Mapping[str, int], student_dim: int) -> float:
         """A sample's shard rows (bf16): the prompt's student rows and its real T5 slots (the pieces, EOS and the
         first pad: what the DiT reads), plus the window's seed ids (int32)."""
-        tokens = self.prompt_tokens(project, _PROMPT_TOKENS)
+        from trainer_core.packs.estimates import prompt_tokens
+        tokens = prompt_tokens(project, _PROMPT_TOKENS)
         return tokens * student_dim * 2 + (tokens + 2) * dims["out_dim"] * 2 + dims.get("num_queries", T5_WINDOW) * 4
 
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.common.t5.teacher import MockT5Teacher
         dims = self.teacher_dims(project)
-        return MockT5Teacher(dims["out_dim"], dims["seed_vocab"])
+        return MockT5Teacher(dims["out_dim"], dims["seed_vocab"], self.window, self.dit_pad_slots)
 
     def budgets(self, project: "ProjectFolder", device: Any) -> Budgets:
+        """The T5 budgets; without the key mask teacher_batch is cut so that a batch's full windows fit
+        tok_budget (such a teacher runs every slot of every prompt, however few it keeps)."""
         from trainer_core.packs.common.t5.teacher import auto_budgets
         p, auto = project.settings.precompute, auto_budgets(device)
         student_batch = p.student_batch or auto["student_batch"]
-        return Budgets(p.teacher_batch or auto["teacher_batch"], p.tok_budget or auto["tok_budget"],
-                       student_batch, p.student_tok_budget or student_batch * self.max_len_student)
+        b = Budgets(p.teacher_batch or auto["teacher_batch"], p.tok_budget or auto["tok_budget"],
+                    student_batch, p.student_tok_budget or student_batch * self.max_len_student)
+        if self.key_mask:
+            return b
+        return replace(b, teacher_batch=max(1, min(b.teacher_batch, b.tok_budget // self.window)))
 
     def make_shard(self, prompts: list[str], student: Any, teacher: Any, budgets: Budgets, session: Any = None
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -100,13 +138,14 @@ class T5EncoderPack(TrainerPack):
         return AdapterConfig("seeded_resampler", in_dim=in_dim, out_dim=dims["out_dim"], width=t.width,
                              depth=t.depth, num_queries=dims["num_queries"], seed_vocab=dims["seed_vocab"])
 
-    def adapter_kvs(self, config: "AdapterConfig") -> dict[str, Any]:
+    def export_contents(self, project: "ProjectFolder", config: "AdapterConfig") -> ExportContents:
         """adapter.t5_vocab is the trained seed table's size, not the reference one."""
-        return {**self.export_kvs, "adapter.t5_vocab": config.seed_vocab}
+        return ExportContents(kvs={**self.export_kvs, "adapter.t5_vocab": config.seed_vocab})
 
     def build_demo_materials(self, project: "ProjectFolder", prompts: list[str]) -> None:
         """A tiny real T5 encoder, its sentencepiece model trained on the demo prompts."""
         from trainer_core.packs.common.t5.tiny import write_tiny_t5
-        write_tiny_t5(self.resolve_material(project, "teacher"), prompts)
+        from trainer_core.packs.lookup import resolve_material
+        write_tiny_t5(resolve_material(project, "teacher"), prompts)
 
 

@@ -1,16 +1,21 @@
-"""The PixArt teacher: T5-XXL v1.1's encoder over the 120-slot PixArt caption window.
+"""The T5 teachers: a T5 v1.1 encoder over the engine's caption window, and the window rules of its families.
 
-The window is what ggk's PixArtT5Embedder builds, with the engine's own T5 tokenizer
-(contract/engine_t5.py, not sentencepiece or Hugging Face's): the pieces of the prompt's
-attention chunks, EOS (1) appended, truncated to 119 pieces + EOS, padded with 0 to 120 slots.
-A prompt's real slots are its pieces plus EOS (an empty prompt is [▁, EOS]); the targets are
-the encoder's last_hidden_state at those slots. T5 is bidirectional with a relative
-position bias, so a real row does not depend on how many pads follow it: the batch runs
-over its longest real length only, and its rows equal a full 120-slot run bit for bit.
+The window is what ggk's T5 embedders build, with the engine's own T5 tokenizer (contract/engine_t5.py, not
+sentencepiece or Hugging Face's): the raw prompt's pieces, EOS (1) appended, truncated to window − 1 pieces +
+EOS, padded with 0 to `window` slots (PixArt 120, Chroma 512). A prompt's real slots are its pieces plus EOS (an
+empty prompt is [▁, EOS]). Two rules differ between the families:
 
-Nothing here knows about projects or stages: the pack hands in the snapshot folder, the
-device and the memory settings. `MockT5Teacher` gives deterministic synthetic targets of
-the same shapes without any file.
+* **The key mask** (`key_mask`). PixArt's encoder masks the pads as keys. T5 is bidirectional with a relative
+  position bias, so a real row then does not depend on how many pads follow it: the batch runs over its longest
+  real length only, and its rows equal a full window's bit for bit. Chroma's runs the whole window with no mask
+  (`chroma_use_t5_mask` false, conditioner.hpp:1504-1506): every slot is a key, so every batch runs the full
+  window and a real row sees the pads after it.
+* **The rows the DiT reads** (`dit_pad_slots`): PixArt's the real slots; Chroma's also the first pad slot
+  (`chroma_t5_mask_pad` 1), min(real + 1, window) rows a prompt. Those are the supervised rows.
+
+Nothing here knows about projects or stages: the pack hands in the snapshot folder, the device, the memory
+settings and the window's rules. `MockT5Teacher` gives deterministic synthetic targets of the same shapes
+without any file.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from trainer_core.base.errors import ModelFileError
 __all__ = [
     "T5_WINDOW", "T5_EOS", "T5_PAD", "TEACHER_MODES", "load_t5_tokenizer", "seed_windows",
     "teacher_weights_gib", "resolve_teacher_mode", "resident_need_gib", "choose_mode", "T5Teacher", "MockT5Teacher",
-    "auto_budgets",
+    "auto_budgets", "supervised_lens",
     "greedy_batches",
 ]
 
@@ -61,11 +66,17 @@ def load_t5_tokenizer(root: str | os.PathLike) -> EngineT5:
     return tokenizer
 
 
-def seed_windows(tokenizer: EngineT5, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids LongTensor [B, 120], lens LongTensor [B]) for the raw prompts as the engine builds
-    them: pieces + EOS, truncated to 119 pieces + EOS, padded with 0; len counts the real
+def seed_windows(tokenizer: EngineT5, prompts: Sequence[str], window: int = T5_WINDOW
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids LongTensor [B, window], lens LongTensor [B]) for the raw prompts as the engine builds
+    them: pieces + EOS, truncated to window − 1 pieces + EOS, padded with 0; len counts the real
     slots (≥ 2: even the empty prompt is [▁, EOS])."""
-    return tokenizer.windows(prompts, T5_WINDOW)
+    return tokenizer.windows(prompts, window)
+
+
+def supervised_lens(real_lens: torch.Tensor, window: int, dit_pad_slots: int) -> torch.Tensor:
+    """The rows the DiT reads per prompt, min(real + dit_pad_slots, window), from the real slot counts."""
+    return (real_lens + dit_pad_slots).clamp(max=window) if dit_pad_slots else real_lens
 
 
 # ---------------------------------------------------------------- memory placement
@@ -139,12 +150,14 @@ def _check_windows(ids: torch.Tensor, lens: torch.Tensor) -> int:
 class T5Teacher(_WindowTeacher):
     """T5EncoderModel from a snapshot folder (bf16 on CUDA, float32 on the CPU), placed by
     `mode`: "gpu" resident on `device`, "offload" streamed from RAM by accelerate, "auto"
-    choosing between them from `gpu_mem_gib` (resident on a CPU device)."""
+    choosing between them from `gpu_mem_gib` (resident on a CPU device); the window's rules
+    (`window`, `key_mask`, `dit_pad_slots`: the module docstring) are the family's."""
 
     def __init__(self, root: str | os.PathLike, device: str | torch.device = "cpu", mode: str = "auto",
-                 gpu_mem_gib: float = 0.0):
+                 gpu_mem_gib: float = 0.0, window: int = T5_WINDOW, key_mask: bool = True, dit_pad_slots: int = 0):
         from transformers import T5EncoderModel
 
+        self.window, self.key_mask, self.dit_pad_slots = int(window), bool(key_mask), int(dit_pad_slots)
         self.root = Path(root)
         self.device = torch.device(device)
         self.mode = choose_mode(self.root, mode, self.device, gpu_mem_gib)
@@ -171,14 +184,24 @@ class T5Teacher(_WindowTeacher):
                                  f"encoder embeds only {self.vocab_size}; download the teacher snapshot again.")
 
     def seed_windows(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        return seed_windows(self.tokenizer, prompts)
+        """(ids [B, window], lens [B]): the engine's window of each raw prompt and its supervised rows."""
+        ids, real = seed_windows(self.tokenizer, prompts, self.window)
+        return ids, supervised_lens(real, self.window, self.dit_pad_slots)
 
     def forward(self, ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
-        """last_hidden_state [B, L, out_dim] float32 on the CPU for L = max(lens), pads masked
-        as keys; rows past each len are meaningless."""
+        """last_hidden_state [B, L, out_dim] float32 on the CPU for L = max(lens): with the key mask over the
+        first L slots, pads masked; without it over the whole window, every slot a key. Rows past each len are
+        meaningless."""
         longest = _check_windows(ids, lens)
         if longest == 0:
             return torch.zeros(0, 0, self.out_dim)
+        if not self.key_mask:
+            if ids.shape[1] != self.window:
+                raise ValueError(f"expected ids [B, {self.window}], got {list(ids.shape)}")
+            with torch.inference_mode(), torch.autocast(self.device.type, torch.bfloat16,
+                                                        enabled=self.device.type == "cuda"):
+                hidden = self.model(input_ids=ids.to(self.device)).last_hidden_state     # [B, window, out]
+            return hidden[:, :longest].to("cpu", torch.float32)                          # [B, L, out]
         mask = torch.arange(longest)[None, :] < lens.cpu()[:, None]           # [B, L]
         with torch.inference_mode(), torch.autocast(self.device.type, torch.bfloat16,
                                                     enabled=self.device.type == "cuda"):
@@ -198,11 +221,12 @@ class MockT5Teacher(_WindowTeacher):
     mode = "mock"
     _RANK = 32
 
-    def __init__(self, out_dim: int, vocab_size: int, window: int = T5_WINDOW):
+    def __init__(self, out_dim: int, vocab_size: int, window: int = T5_WINDOW, dit_pad_slots: int = 0):
         if vocab_size < 3 or window < 2:
             raise ValueError(f"the mock needs vocab_size ≥ 3 and window ≥ 2, got {vocab_size} "
                              f"and {window}")
         self.out_dim, self.vocab_size, self.window = int(out_dim), int(vocab_size), int(window)
+        self.dit_pad_slots = int(dit_pad_slots)
         self.device = torch.device("cpu")
         g = torch.Generator().manual_seed(4321)
         # table = embed_a @ embed_b / 8 is never formed (526 MB at 32128 × 4096; the factors: 4.7 MB)
@@ -220,7 +244,7 @@ class MockT5Teacher(_WindowTeacher):
             row = [self.word_id(w) for w in prompt.split()][:self.window - 1] + [T5_EOS]
             ids[i, :len(row)] = torch.tensor(row)
             lens[i] = len(row)
-        return ids, lens
+        return ids, supervised_lens(lens, self.window, self.dit_pad_slots)
 
     def forward(self, ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         """[B, L, out_dim] float32: rows 0..L−1 of x + 0.5·roll(x, 1) over the full window."""

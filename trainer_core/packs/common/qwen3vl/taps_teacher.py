@@ -1,41 +1,49 @@
-"""The FLUX.3 Klein teacher: Qwen3-VL-4B-Instruct's text stack, 8 intermediate layers stacked.
+"""A Qwen3-VL text stack read at several taps, stacked: the teacher of the layerwise families (FLUX.3 Klein's 8
+taps, Krea 2's 12, and the FLUX.3 Klein bank of the Qwen3.5 bridge).
 
-`KleinTeacher` loads the snapshot with transformers (Qwen3VLModel), keeps the text stack only and
-drops the decoder layers past the deepest tap (their outputs are never read). A batch is the
-samples' template ids right-padded with <|endoftext|> to the longest + 1; real rows at positions
-0 … n−1 and pads at 1 on every M-RoPE axis, pads masked as keys, causal. Forward hooks on
-`layers[k−1]` collect hidden_states[k] for each tap k (the same tensors as output_hidden_states);
-per sample the stacked rows of its n real tokens and of its first pad row come back: every pad row
-of a sample is that same state (template.py).
+`TapsTeacher` loads the snapshot with transformers (Qwen3VLModel), keeps the text stack only and drops the
+decoder layers past the deepest tap (their outputs are never read); the taps are the family's rule over the
+model's depth (`taps_of(n_layers)`). A batch is the samples' template ids right-padded with <|endoftext|> to the
+longest + 1; real rows at positions 0 … n−1 and pads at `pad_position` on every M-RoPE axis, pads masked as
+keys, causal. Forward hooks on `layers[k−1]` collect hidden_states[k] for each tap k (the same tensors as
+output_hidden_states); per sample the stacked rows of its n real tokens and of its first pad row come back:
+with FLUX.3's pads (one position), every pad row of a sample is that same state; a family without pads drops it.
 
-Placement as the other Qwen3-VL teachers (`precompute.teacher_mode`): the text stack on the card
-(`gpu`), streamed from RAM layer by layer (`offload`, accelerate's cpu_offload), or on the CPU when
-there is no CUDA. `MockKleinTeacher` gives deterministic rows of the same shapes with no file.
+Placement as the other Qwen3-VL teachers (`precompute.teacher_mode`): the text stack on the card (`gpu`),
+streamed from RAM layer by layer (`offload`, accelerate's cpu_offload), or on the CPU when there is no CUDA.
+`MockTapsTeacher` gives deterministic rows of the same shapes with no file.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import os
+from typing import Any, Callable, Sequence
 
 import torch
 
 from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.common.snapshot_teacher import SnapshotTeacher
 from trainer_core.packs.common.qwen3vl.teacher import check_rope, choose_mode, load_snapshot, resident_need_gib
-from trainer_core.packs.qwen3vl_flux3.template import PAD_ID, padded_batch, taps_for
+from trainer_core.packs.common.qwen_chat import PAD_ID, padded_batch
 
-# choose_mode and resident_need_gib: the placement rule KleinTeacher takes (TrainerPack.teacher_class)
-__all__ = ["KleinTeacher", "MockKleinTeacher", "choose_mode", "resident_need_gib"]
+# choose_mode and resident_need_gib: the placement rule TapsTeacher takes (TrainerPack.teacher_class)
+__all__ = ["TapsTeacher", "MockTapsTeacher", "choose_mode", "resident_need_gib"]
 
 
-class KleinTeacher(SnapshotTeacher):
-    """The real teacher from a Qwen3-VL snapshot folder (see the module docstring)."""
+class TapsTeacher(SnapshotTeacher):
+    """The real teacher from a Qwen3-VL snapshot folder (see the module docstring): `taps_of` the family's taps
+    of an n-layer stack, `family` how the load note names it, `pad_position` the pads' rope position."""
 
     placement = staticmethod(choose_mode)
+
+    def __init__(self, root: str | os.PathLike, *, taps_of: Callable[[int], tuple[int, ...]], family: str,
+                 pad_position: int | None = 1, **options: Any):
+        self.taps_of, self.family, self.pad_position = taps_of, family, pad_position
+        super().__init__(root, **options)     # device, mode, gpu_mem_gib, dtype: SnapshotTeacher's
 
     def _read(self) -> None:
         self.layer_dim, self.n_layers = self._config("Qwen3-VL", "the teacher", lambda c: (
             int(c.text_config.hidden_size), int(c.text_config.num_hidden_layers)))
-        self.taps = taps_for(self.n_layers)
+        self.taps = self.taps_of(self.n_layers)
         self.out_dim = self.layer_dim * len(self.taps)
 
     def _load(self) -> None:
@@ -57,13 +65,13 @@ class KleinTeacher(SnapshotTeacher):
         self.model = lm
 
     def _summary(self) -> str:
-        return (f"FLUX.3 Klein teacher: {self.n_layers} layers of {self.layer_dim}, taps "
+        return (f"{self.family} teacher: {self.n_layers} layers of {self.layer_dim}, taps "
                 f"{', '.join(map(str, self.taps))} ({self.out_dim} per row), {self.mode} on {self.device}")
 
     def hidden(self, token_lists: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Per sample, [n_real + 1, out_dim] float32 on the CPU: the stacked taps of its real rows and of
         its pad row; one padded batch."""
-        ids, mask, positions = padded_batch(token_lists)
+        ids, mask, positions = padded_batch(token_lists, pad_position=self.pad_position)
         dev = self.exec_device
         captured: dict[int, torch.Tensor] = {}
 
@@ -84,9 +92,9 @@ class KleinTeacher(SnapshotTeacher):
         return [stack[b, :len(t) + 1].to("cpu", torch.float32) for b, t in enumerate(token_lists)]
 
 
-class MockKleinTeacher:
-    """Deterministic rows of the teacher's shapes (§D.3 3): one-hot(id mod 64) times a fixed basis, with
-    position/100 added to column 1 of the real rows only, so the pad rows of a sample are identical."""
+class MockTapsTeacher:
+    """Deterministic rows of the teacher's shapes: one-hot(id mod 64) times a fixed basis, with position/100
+    added to column 1 of the real rows only, so the pad rows of a sample are identical."""
 
     mode = "mock"
     tokenizer = None

@@ -1,4 +1,4 @@
-"""A tiny random Qwen3 snapshot laid out like Qwen/Qwen3-4B (the Z-Image demo's teacher and the tests')."""
+"""A tiny random Qwen3 snapshot laid out like Qwen/Qwen3-4B (the Qwen3 families' demo teacher and the tests')."""
 from __future__ import annotations
 
 import os
