@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from bridge_numpy import bridge_forward, engine_bank_hidden, engine_bank_rows, gguf_tensors
+from numpy_adapters import bridge_forward, engine_bank_hidden, engine_bank_rows, gguf_tensors
 import demo_cache
 from conftest import cli
 from trainer_core.contract.gguf_io import read_gguf_kvs, read_gguf_string_array

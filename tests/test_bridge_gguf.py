@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from bridge_numpy import bridge_forward, engine_bank_hidden, engine_bank_rows, gguf_tensors
+from numpy_adapters import bridge_forward, engine_bank_hidden, engine_bank_rows, gguf_tensors
 from test_gguf_io import PROV, f16_rounded, random_adapter
 from trainer_core.base.errors import ModelFileError
 from trainer_core.cli import main

@@ -10,7 +10,7 @@ import pytest
 
 import demo_cache
 from conftest import cli
-from packs.layerwise_numpy import gguf_tensors, layerwise_forward
+from numpy_adapters import gguf_tensors, token_aligned_forward as layerwise_forward
 from trainer_core.packs.qwen3vl_flux3 import PACK
 from trainer_core.project import Project
 

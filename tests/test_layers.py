@@ -212,6 +212,24 @@ def test_no_pack_id_or_adapter_kind_outside_their_folders():
     assert found == []
 
 
+def test_no_pack_folder_imports_another_pack_folder():
+    """What two packs share lives in packs/common/: a pack folder imports packs/base, its helpers, packs/common and
+    the layers below, never a sibling pack (the lazy imports too)."""
+    packs_dir = ROOT / "trainer_core" / "packs"
+    folders = {p.name for p in packs_dir.iterdir() if p.is_dir() and (p / "__init__.py").exists()} - {"common"}
+    found = []
+    for folder in sorted(folders):
+        for path in (packs_dir / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                for name in names:
+                    parts = name.split(".")
+                    if parts[:2] == ["trainer_core", "packs"] and len(parts) > 2 and parts[2] in folders - {folder}:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name}")
+    assert folders and found == []
+
+
 @pytest.mark.parametrize("name", ["best.pt", "last.pt", "last.json", "best.json", "history"])
 def test_checkpoint_file_names_only_in_the_checkpoints_module(name):
     found = [f"{m}:{node.lineno}" for m, path in MODULES.items() if m != "trainer_core.contract.checkpoints"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from bridge_numpy import gguf_tensors, ming_forward
+from numpy_adapters import gguf_tensors, ming_forward
 import demo_cache
 from conftest import cli
 from trainer_core.contract.adapter_layout import TOKENIZER_JSON

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bridge_numpy import gguf_tensors, ming_forward
+from numpy_adapters import gguf_tensors, ming_forward
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.kinds import AdapterConfig, build_adapter, detect_layout, expected_tensor_count
 from trainer_core.contract.gguf_io import (Provenance, read_adapter_gguf, read_gguf_kvs, read_gguf_tensors,

@@ -14,8 +14,8 @@
     gguf-trainer demo   [--project DIR] [--pack ID]   # a project on tiny offline models (default DIR:
                                                       # ~/gguf-trainer/projects/demo/<pack folder>)
     gguf-trainer inspect FILE.gguf [--json]
-    gguf-trainer infer  --adapter A.gguf (--hidden FILE | --student S.gguf --tokenizer DIR --pack ID
-                        --prompt TEXT) [--t5-ids FILE] [--vis FILE] [--seed-ids FILE [--vis-pos S:N,…]
+    gguf-trainer infer  (--project DIR | --adapter A.gguf) (--hidden FILE | --prompt TEXT [--student S.gguf
+                        --tokenizer DIR --pack ID]) [--t5-ids FILE] [--vis FILE] [--seed-ids FILE [--vis-pos S:N,…]
                         [--bank]] [--out OUT] [--compare REF] [--json]
     gguf-trainer [serve] [--auto-resume [--no-gui]]   # the GUI; --no-gui: only relaunch an interrupted run
 
@@ -162,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true")
 
     infer = sub.add_parser("infer", help="run an exported adapter as the engine does")
-    infer.add_argument("--adapter", required=True, metavar="A.gguf")
+    infer.add_argument("--project", metavar="DIR", help="the project: its export, student, tokenizer, pack")
+    infer.add_argument("--adapter", metavar="A.gguf")
     infer.add_argument("--hidden", metavar="FILE", help="student final-norm states: .npy or raw f32 (qwen_hidden.bin)")
     infer.add_argument("--student", metavar="S.gguf", help="pig_clip GGUF (with --tokenizer, --pack, --prompt)")
     infer.add_argument("--tokenizer", metavar="DIR", help="the student tokenizer/config snapshot folder")
@@ -179,9 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--vis-pos", metavar="S:N[,S:N...]",
                        help="Qwen3.5 bridge and Ming: first slot and slot count of each reference's run, in image "
                             "order (Ming: one run)")
-    infer.add_argument("--bank", action="store_true",
-                       help="Qwen3.5 bridge: the FLUX.3 Klein bank rows instead of the MOSS slot rows; Ming: the "
-                            "caption rows alone, cap_dim wide")
+    infer.add_argument("--bank", action="store_true", help="Qwen3.5 bridge: the FLUX.3 Klein bank rows, not the "
+                       "MOSS slot rows; Ming: the caption rows alone, cap_dim wide")
     infer.add_argument("--out", metavar="OUT", help="write the rows: .npy, or raw f32 for any other suffix")
     infer.add_argument("--compare", metavar="REF", help="reference rows (.npy or raw f32, e.g. adapter_out.bin)")
     infer.add_argument("--json", action="store_true")

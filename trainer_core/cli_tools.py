@@ -121,6 +121,29 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 1 if info["problems"] else 0
 
 
+def _infer_project(args: argparse.Namespace) -> Any:
+    """With --project: the project opened, and the adapter (its export), student, tokenizer and pack it names filled
+    into `args` where they are not given; None without."""
+    from trainer_core.base.errors import UsageError
+    from trainer_core.packs.lookup import require_material
+    from trainer_core.project import Project
+    if args.project is None:
+        return None
+    project = Project.open(args.project)
+    if args.adapter is None:
+        gguf = project.gguf_path()
+        if not gguf.is_file():
+            raise UsageError(f"The project {project.root} has no export yet ({gguf} does not exist): run it (or "
+                             f"`gguf-trainer start --project {project.root} --only export eval --force`), or pass "
+                             "--adapter.")
+        args.adapter = str(gguf)
+    if args.prompt is not None and args.hidden is None:
+        args.student = args.student or str(require_material(project, "student"))
+        args.tokenizer = args.tokenizer or str(require_material(project, "student_tokenizer"))
+        args.pack = args.pack or project.pack.id
+    return project
+
+
 def cmd_infer(args: argparse.Namespace) -> int:
     from trainer_core.base.errors import UsageError
     from trainer_core.contract.gguf_io import read_adapter_gguf
@@ -128,6 +151,10 @@ def cmd_infer(args: argparse.Namespace) -> int:
     from trainer_core.contract.losses import health_verdict
     from trainer_core.packs import get_pack
 
+    project = _infer_project(args)
+    if args.adapter is None:
+        raise UsageError("Name the adapter with --adapter A.gguf, or the project whose export to run with --project "
+                         "DIR.")
     adapter = read_adapter_gguf(args.adapter)
     c = adapter.config
     prompt_mode = [args.student, args.tokenizer, args.pack, args.prompt]
@@ -152,8 +179,9 @@ def cmd_infer(args: argparse.Namespace) -> int:
     vis_pos = parse_vis_pos(args.vis_pos) if args.vis_pos else None
     vis = read_rows(args.vis, c.vis_dim, "--vis") if args.vis else None
     if args.prompt is not None:      # what the engine derives from the prompt besides the student's rows
-        derived = get_pack(args.pack).prompt_inputs(Path(args.adapter), args.prompt, vis)
+        derived = get_pack(args.pack).prompt_inputs(project, Path(args.adapter), args.prompt, vis)
         seed_ids = seed_ids if seed_ids is not None else derived.get("--seed-ids")
+        t5_ids = t5_ids if t5_ids is not None else derived.get("--t5-ids")
         if vis is not None and vis_pos is None:
             vis_pos = derived.get("--vis-pos")
     rows = run_adapter(adapter, hidden, t5_ids, vis, seed_ids=seed_ids, vis_pos=vis_pos, bank=args.bank,

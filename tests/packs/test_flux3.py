@@ -12,11 +12,10 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from packs.layerwise_numpy import gguf_tensors, layerwise_forward
+from numpy_adapters import gguf_tensors, token_aligned_forward as layerwise_forward
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.adapter import Layerwise
 from trainer_core.contract.kinds import AdapterConfig
-from trainer_core.contract.engine_bpe import EngineBPE
 from trainer_core.contract.gguf_io import (LayoutProblem, Provenance, detect_layout, read_adapter_gguf,
                                            write_adapter_gguf)
 from trainer_core.contract.objective import batch_loss
@@ -25,8 +24,9 @@ from trainer_core.contract.stream import Batch, ShardRows, collate, val_batches
 from trainer_core.contract.tap_losses import layerwise_loss, relative_sigma
 from trainer_core.packs.base import Budgets
 from trainer_core.packs.qwen3vl_flux3 import PACK
-from trainer_core.packs.qwen3vl_flux3.template import PREFIX, PREFIX_IDS, SUFFIX, SUFFIX_IDS, taps_for
-from trainer_core.packs.qwen3vl_flux3.teacher import KleinTeacher, MockKleinTeacher
+from trainer_core.packs.common.flux3_klein import taps_for
+from trainer_core.packs.common.qwen3vl.taps_teacher import MockTapsTeacher, TapsTeacher
+from trainer_core.packs.common.qwen_chat import PREFIX, PREFIX_IDS, SUFFIX, SUFFIX_IDS
 
 PAD = 151643
 PROMPTS = ("", "a sheep in sunglasses", "café ☕ 日本語", "Add snow, heavy",
@@ -36,39 +36,6 @@ PROMPTS = ("", "a sheep in sunglasses", "café ☕ 日本語", "Add snow, heavy"
 # ---------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="module")
-def student_dir(tmp_path_factory):
-    """A pig_clip snapshot folder (real Qwen BPE + a tiny Qwen3 config) and its f32 student GGUF."""
-    from transformers import Qwen3Model
-
-    from trainer_core.packs.common.tiny_models import (tiny_qwen3_config, write_qwen_tokenizer, write_student_config,
-                                            write_student_gguf)
-    folder = tmp_path_factory.mktemp("student")
-    config = tiny_qwen3_config(hidden_size=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128)
-    write_qwen_tokenizer(folder)
-    write_student_config(folder, config)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(5)
-        write_student_gguf(Qwen3Model(config), folder / "student.gguf", dtype="f32")
-    return folder
-
-
-@pytest.fixture(scope="module")
-def hf_tokenizer(student_dir):
-    return Tokenizer.from_file(str(student_dir / "tokenizer.json"))
-
-
-@pytest.fixture(scope="module")
-def engine(student_dir):
-    return EngineBPE.from_folder(student_dir)
-
-
-@pytest.fixture(scope="module")
-def student(student_dir):
-    from trainer_core.contract.student import load_student
-    return load_student(student_dir / "student.gguf", student_dir, dtype=torch.float32)
-
-
-@pytest.fixture(scope="module")
 def qwen3vl(tmp_path_factory):
     from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
     return write_tiny_qwen3vl(tmp_path_factory.mktemp("qwen3vl"), layers=9)
@@ -76,7 +43,8 @@ def qwen3vl(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def teacher(qwen3vl):
-    return KleinTeacher(qwen3vl, device="cpu", mode="auto", dtype=torch.float32)
+    return TapsTeacher(qwen3vl, taps_of=taps_for, family="FLUX.3 Klein", device="cpu", mode="auto",
+                       dtype=torch.float32)
 
 
 @pytest.fixture(scope="module")
@@ -242,7 +210,7 @@ def test_student_states_are_the_engines_padded_rows(student, engine, n_real):
 
 def test_make_shard_stores_the_real_rows_and_one_pad_row(student, hf_tokenizer):
     taps = (1, 2, 3, 4, 5, 6, 7, 8)
-    teacher = MockKleinTeacher(8 * 16, taps)
+    teacher = MockTapsTeacher(8 * 16, taps)
     prompts = ["a red fox, oil painting, golden hour", "", "(red:1.3) car", "a sheep in sunglasses", "x"]
     budgets = Budgets(teacher_batch=2, tok_budget=4096, student_batch=3, student_tok_budget=4096)
     tensors, extra = PACK.make_shard(prompts, student, teacher, budgets)
@@ -484,7 +452,7 @@ def exported(tmp_path_factory):
     sigma = torch.rand(8 * LAYER_DIM) * 3 + 0.2
     path = tmp_path_factory.mktemp("export") / "layerwise.gguf"
     write_adapter_gguf(path, model, CONFIG, name="layerwise", pack=PACK.id, provenance=Provenance(7, 7, "best"),
-                       pack_kvs=PACK.adapter_kvs(CONFIG), mu=mu, sigma=sigma)
+                       pack_kvs=dict(PACK.export_contents(None, CONFIG).kvs), mu=mu, sigma=sigma)
     return path, model.eval(), mu, sigma
 
 

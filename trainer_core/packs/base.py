@@ -161,10 +161,11 @@ class TrainerPack:
         ids, mask = student.batch([student.ids(self.student_chunks(text))])
         return student.hidden(ids, mask)[0].cpu().numpy()
 
-    def prompt_inputs(self, adapter: Path, text: str, vis: Any) -> dict[str, Any]:
+    def prompt_inputs(self, project: "ProjectFolder | None", adapter: Path, text: str, vis: Any) -> dict[str, Any]:
         """`gguf-trainer infer --prompt`: the adapter's inputs besides the student's rows that the engine
-        derives from the prompt (infer option → value, e.g. "--seed-ids"); `vis` the vision rows given, or
-        None. None by default."""
+        derives from the prompt (infer option → value, e.g. "--seed-ids", "--t5-ids"), from the adapter file and,
+        with `--project`, the project's materials (None without); `vis` the vision rows given, or None. None by
+        default."""
         return {}
 
     # ------------------------------------------------------------ teacher

@@ -198,7 +198,7 @@ class MingPack(VisionPack):
         ids, mask = student.batch([student.tokenize(text)])
         return student.hidden(ids, mask)[0].cpu().numpy()
 
-    def prompt_inputs(self, adapter: Path, text: str, vis: Any) -> dict[str, Any]:
+    def prompt_inputs(self, project: "ProjectFolder | None", adapter: Path, text: str, vis: Any) -> dict[str, Any]:
         """The Ling ids of the Ming template around the prompt, tokenized with the tokenizer the adapter
         file carries (as the engine does), and the input image's run from its first <imagePatch> slot."""
         from trainer_core.packs.ming_image.template import seed_ids_from_file

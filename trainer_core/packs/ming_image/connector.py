@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from trainer_core.base.errors import ModelFileError
-from trainer_core.packs.base import read_config_json
+from trainer_core.packs.lookup import read_config_json
 from trainer_core.packs.ming_image.ling import (REPO, LingThinker, load_strict, load_thinker, read_tensors,
                                                 safetensors_files, video_positions)
 from trainer_core.packs.ming_image.template import IMAGE_PATCH, NUM_QUERIES, thinker_ids

@@ -202,7 +202,7 @@ class BridgePack(VisionPack):
         tokens, merges = tokenizer_arrays(path, self.teacher_dims(project)["seed_vocab"])
         return {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": merges}
 
-    def prompt_inputs(self, adapter: Path, text: str, vis: Any) -> dict[str, Any]:
+    def prompt_inputs(self, project: "ProjectFolder | None", adapter: Path, text: str, vis: Any) -> dict[str, Any]:
         """The Qwen3.5 ids of the MOSS template around the prompt (the vocabulary the adapter carries), and the
         input image's run of slots when vision rows are given."""
         from trainer_core.packs.qwen35_bridge.template import seed_ids_from_file

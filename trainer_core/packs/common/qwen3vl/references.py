@@ -13,8 +13,8 @@ __all__ = ["layerwise_reference", "vision_text_reference"]
 
 def layerwise_reference(project: "ProjectFolder", samples: list[Any]) -> list[Any]:
     """Per sample alone: `Qwen3VLModel`'s hidden_states at the pack's taps, stacked, over the template ids and —
-    when the pack's shards store one — one pad (<|endoftext|>) masked out of attention, which Hugging Face's own
-    rope index puts at position 1 as the engine does for FLUX.3 Klein. [rows, taps · width] float32."""
+    when the pack's shards store one — one pad (<|endoftext|>) masked out of attention at the engine's pad
+    position (FLUX.3 Klein: 1, on every M-RoPE axis). [rows, taps · width] float32."""
     import torch
     from transformers import AutoModel
 
@@ -30,8 +30,10 @@ def layerwise_reference(project: "ProjectFolder", samples: list[Any]) -> list[An
         for ids in template_ids(project, root, samples):
             pads = pack.pads.stored
             mask = torch.tensor([[1] * len(ids) + [0] * pads])
+            positions = torch.tensor([list(range(len(ids))) + [pack.pads.position] * pads])
             states = model(input_ids=torch.tensor([ids + [PAD_ID] * pads]), attention_mask=mask,
-                           output_hidden_states=True, use_cache=False).hidden_states
+                           position_ids=positions[None].expand(3, -1, -1), output_hidden_states=True,
+                           use_cache=False).hidden_states
             out.append(torch.cat([states[k][0] for k in taps], dim=-1))
     return out
 

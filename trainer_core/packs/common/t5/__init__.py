@@ -74,6 +74,16 @@ class T5EncoderPack(TrainerPack):
         tokens = prompt_tokens(project, _PROMPT_TOKENS)
         return tokens * student_dim * 2 + (tokens + 2) * dims["out_dim"] * 2 + dims.get("num_queries", T5_WINDOW) * 4
 
+    def prompt_inputs(self, project: "ProjectFolder | None", adapter: Any, text: str, vis: Any) -> dict[str, Any]:
+        """The window's T5 ids the engine builds for the prompt (`--t5-ids`), from the project's T5 tokenizer
+        (the teacher snapshot's vocabulary, as the engine's own T5 tokenizer reads it); none without a project."""
+        if project is None:
+            return {}
+        from trainer_core.contract.engine_t5 import EngineT5
+        from trainer_core.packs.lookup import require_material
+        ids, _ = EngineT5.from_folder(require_material(project, "teacher")).windows([text], self.window)
+        return {"--t5-ids": ids[0].tolist()}
+
     def build_mock_teacher(self, project: "ProjectFolder") -> Any:
         from trainer_core.packs.common.t5.teacher import MockT5Teacher
         dims = self.teacher_dims(project)

@@ -1,8 +1,17 @@
-"""An independent numpy reading of a qwen35_bridge adapter GGUF (packs-contract-more §D.2 5, Part F).
+"""An independent numpy reading of every adapter GGUF the engine runs (engine-contract §0–§4, packs-contract-more
+§D.1–D.3), batch 1, no mask, float64 — what the conformance suite holds `gguf-trainer infer` to.
 
-Written from the contract, not from trainer_core: the tensors come straight from gguf.GGUFReader
-(F16/F32 as stored, torch order = reversed ne), every size from a tensor shape, and the forward is
-computed in float64, batch 1, no mask:
+Written from the contract, not from trainer_core: the tensors come straight from gguf.GGUFReader (F16/F32 as
+stored, torch order = reversed ne), every size from a tensor shape; the runner is picked from the tensors as the
+engine picks it (`engine_forward`): `cap_query` Ming, `slot_query` the Qwen3.5 bridge, `query` a resampler
+(seeded with `t5_embed` when the file has it), else token-aligned (with `layer_map` the layerwise variant):
+
+    token-aligned  x = in_proj(h); per block: x += o(attn(ln_self(x))) (bidirectional); x += mlp.2(gelu_erf(mlp.0(
+                   ln_mlp(x)))); out = out_proj(ln_out(x)) (+ skip(h) when the file has skip)
+    resampler      q = query (+ t5_embed[t5_ids]); per block: self-attention, cross-attention to in_proj(h), MLP
+                   (resampler_blocks); out = out_proj(ln_out(q))
+
+The bridge:
 
     kv     = [in_proj(h) ; vis_in(v_1 … v_V)]                   (vis_in, vis_q, seed_proj, bank_in: no bias)
     q_slot = slot_query[0:P] + seed_proj(seed_embed[id]) + vis_q(vis_slot)
@@ -129,6 +138,44 @@ def resampler_blocks(w: dict[str, np.ndarray], q: np.ndarray, kv: np.ndarray) ->
         y = _linear(w, f"{b}.mlp.0", _layer_norm(w, f"{b}.ln_mlp", q))
         q = q + _linear(w, f"{b}.mlp.2", 0.5 * y * (1.0 + _erf(y / math.sqrt(2.0))))
     return _layer_norm(w, "ln_out", q)
+
+
+def token_aligned_forward(w: dict[str, np.ndarray], h: np.ndarray) -> np.ndarray:
+    """[L, in_dim] student rows → [L, out_dim] (the layerwise stack too) with the file's tensors `w`."""
+    h = np.asarray(h, dtype=np.float64)
+    depth = 1 + max(int(m.group(1)) for n in w if (m := re.match(r"^blocks\.(\d+)\.", n)))
+    x = _linear(w, "in_proj", h)
+    for i in range(depth):
+        b = f"blocks.{i}"
+        y = _layer_norm(w, f"{b}.ln_self", x)
+        x = x + _attention(w, f"{b}.self_attn", y, y)
+        y = _linear(w, f"{b}.mlp.0", _layer_norm(w, f"{b}.ln_mlp", x))
+        x = x + _linear(w, f"{b}.mlp.2", 0.5 * y * (1.0 + _erf(y / math.sqrt(2.0))))
+    out = _linear(w, "out_proj", _layer_norm(w, "ln_out", x))
+    return out + _linear(w, "skip", h) if "skip.weight" in w else out
+
+
+def resampler_forward(w: dict[str, np.ndarray], h: np.ndarray, t5_ids: list[int] | None = None) -> np.ndarray:
+    """[NQ, out_dim]: the learned queries (seeded with t5_embed[t5_ids] when the file has a seed table) read the
+    student rows."""
+    q = w["query"].copy()
+    if "t5_embed.weight" in w:
+        q = q + w["t5_embed.weight"][np.asarray(t5_ids)]
+    return _linear(w, "out_proj", resampler_blocks(w, q, _linear(w, "in_proj", np.asarray(h, np.float64))))
+
+
+def engine_forward(w: dict[str, np.ndarray], h: np.ndarray, seed_ids: list[int] | None = None,
+                   t5_ids: list[int] | None = None, bank: bool = False) -> np.ndarray:
+    """The rows the engine's runner for this file gives a text prompt (no image): picked from the tensors as the
+    engine picks it; `bank` asks a bridge for its bank head (FLUX.3's, fed the prompt-aligned rows)."""
+    if "cap_query" in w:
+        return ming_forward(w, h, seed_ids)
+    if "slot_query" in w:
+        bank_rows, slots = bridge_forward(w, h, seed_ids, bank_hidden=engine_bank_hidden(w, h) if bank else None)
+        return bank_rows if bank else slots
+    if "query" in w:
+        return resampler_forward(w, h, t5_ids)
+    return token_aligned_forward(w, h)
 
 
 def ming_forward(w, h, seed_ids, vis=None, image_start=-1):
