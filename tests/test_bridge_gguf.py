@@ -16,6 +16,7 @@ from test_gguf_io import PROV, f16_rounded, random_adapter
 from trainer_core.base.errors import ModelFileError
 from trainer_core.cli import main
 
+from trainer_core.packs.base import ExportContents
 from trainer_core.contract.adapter_export import export_checkpoint
 from trainer_core.contract.adapter import Bridge
 from trainer_core.contract.kinds import (AdapterConfig, build_adapter, detect_layout, expected_ne, expected_tensor_count,
@@ -214,16 +215,10 @@ def test_export_checkpoint_folds_the_bank_stats_and_writes_the_pack_arrays(tmp_p
           "mu_bank": fold["bank_mu"], "sigma_bank": fold["bank_sigma"], "train_config": {"steps": 40}}
 
     class Pack(SimpleNamespace):
-        def adapter_kvs(self, config):
-            return {"adapter.teacher": "Qwen/Qwen3.5-9B"}
-
-        def export_arrays(self, project):
+        def export_contents(self, project, config):
             if self.missing:
                 raise ModelFileError("The teacher's tokenizer.json is missing; download the teacher.")
-            return ARRAYS
-
-        def export_tensors(self, project):
-            return {}
+            return ExportContents(kvs={"adapter.teacher": "Qwen/Qwen3.5-9B"}, arrays=ARRAYS)
 
     project = SimpleNamespace(pack=Pack(id="qwen35_bridge", missing=False), settings=SimpleNamespace(name="pig_b"))
     path = export_checkpoint(project, ck, tmp_path / "out.gguf", "best", snapshot=False)

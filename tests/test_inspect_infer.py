@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from test_gguf_io import CONFIGS, IN, OUT, VIS, W, _state_arrays, _write_raw, export
+from trainer_core.packs.lookup import format_prompt
 from trainer_core.contract.gguf_io import read_adapter_gguf
 
 
@@ -190,7 +191,7 @@ def test_infer_from_a_prompt_through_template_and_student(tmp_path, run_cli):
     assert r.returncode == 0, r.stderr
     student = load_student(tmp_path / "pig_clip-f16.gguf", snapshot)
     text = "<role>HUMAN</role> Generate an image: a sheep in sunglasses\n<role>ASSISTANT</role>\n<IMAGE1>"
-    assert get_pack("llada_image").format_prompt("a sheep in sunglasses") == text
+    assert format_prompt(get_pack("llada_image"), "a sheep in sunglasses") == text
     states, _ = student.encode([text])
     want = engine_rows(path, states[0].numpy())
     assert json.loads(r.stdout)["input_rows"] == len(student.tokenize(text)) == states.shape[1]

@@ -16,6 +16,7 @@ import torch
 from numpy_adapters import gguf_tensors, ming_forward
 import demo_cache
 from conftest import cli
+from trainer_core.packs.ming_image.extras import vision_path
 from trainer_core.contract.adapter_layout import TOKENIZER_JSON
 from trainer_core.packs.ming_image import PACK
 from trainer_core.packs.ming_image.template import IMAGE_PATCH, image_tokens, layer_count, prompt_string
@@ -64,7 +65,7 @@ def test_the_export_carries_the_ling_tokenizer_and_passes_inspect(demo):
 
 def test_the_vision_gguf_reads_back(demo):
     from trainer_core.packs.ming_image.export import check_vision_gguf
-    path = PACK.vision_path(demo)
+    path = vision_path(demo)
     assert path.name == "pig_ming_vision-f16.gguf" and path.parent == demo.gguf_path().parent
     check_vision_gguf(path, vis_dim=64)                    # the engine's requirements, at the adapter's vis_dim
     lines = PACK.ggk_command(demo).splitlines()

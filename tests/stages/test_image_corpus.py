@@ -472,8 +472,8 @@ def test_layer_prompts_replace_single_image_samples_and_leave_the_rest_alone():
             assert f"a dog number {a.images[0]}" in a.text          # a caption of that sample's image
     assert sum(b.text != a.text for b, a in zip(plain.train, layered.train)) == 5
     assert sum(b.text != a.text for b, a in zip(plain.val, layered.val)) == 2
-    assert MING.corpus_notes(layered.counts) == ["5 train and 2 val samples ask for a layer decomposition"]
-    assert MING.corpus_notes(none.counts) == []
+    assert layered.notes == ["5 train and 2 val samples ask for a layer decomposition"]
+    assert none.notes == []
 
 
 # ---------------------------------------------------------------- skipping and errors

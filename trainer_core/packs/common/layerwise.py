@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.base import Budgets
+from trainer_core.packs.common.qwen3vl.references import layerwise_reference
 from trainer_core.packs.common.qwen_chat import (PAD_ID, PREFIX_IDS, SUFFIX_IDS, QwenTemplatePack, fit_template,
                                                  padded_batch)
 
@@ -73,6 +74,9 @@ class LayerwisePack(QwenTemplatePack):
     template_rows: int = len(PREFIX_IDS) + len(SUFFIX_IDS)   # the template's own rows (the disk estimate)
     shard_meta: Mapping[str, Any] = field(default_factory=dict)   # the family's facts each shard records
     demo_layers: int = 9                      # the demo's tiny teacher (its taps are taps_of(demo_layers))
+    defaults: Mapping[str, Any] = field(default_factory=lambda: LAYERWISE_DEFAULTS)
+    demo_settings: tuple[str, ...] = LAYERWISE_DEMO_SETTINGS
+    reference_forward: Callable[..., list[Any]] | None = layerwise_reference
 
     # ------------------------------------------------------------ the engine's prompt
     def student_states(self, student: Any, text: str) -> Any:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from trainer_core.base.errors import ModelFileError
 from trainer_core.packs.base import Budgets
+from trainer_core.packs.common.qwen3.references import qwen3_reference
 from trainer_core.packs.common.qwen_chat import PREFIX_IDS, SUFFIX_IDS, QwenTemplatePack, fit_template
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class TokenAlignedTextPack(QwenTemplatePack):
     taps_of: Callable[[int], tuple[int, ...]] = last_but_one
     family: str = ""                          # how the teacher's load note names the family
     template_rows: int = len(PREFIX_IDS) + len(SUFFIX_IDS)   # the template's own rows (the disk estimate)
+    reference_forward: Callable[..., list[Any]] | None = qwen3_reference
 
     # ------------------------------------------------------------ teacher
     def teacher_dims(self, project: "ProjectFolder") -> dict[str, int]:

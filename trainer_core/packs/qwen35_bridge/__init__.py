@@ -27,6 +27,7 @@ from trainer_core.packs.common.flux3_klein import taps_for
 from trainer_core.packs.common.qwen_chat import check_chat_template
 from trainer_core.packs.estimates import prompt_tokens
 from trainer_core.packs.lookup import material_json, placed_teacher, resolve_material
+from trainer_core.packs.qwen35_bridge.reference import moss_reference
 from trainer_core.packs.common.qwen3vl.vision_pack import DEMO_IMAGES, IMAGE_DEMO_SETTINGS, VisionPack, qwen3vl_teacher
 from trainer_core.packs.eval_guide import EvalGuide
 
@@ -296,6 +297,7 @@ PACK = BridgePack(
                "bank cos 0.59, but 0.47 against other samples' targets: the bank ignored the prompt)"),
     engine=EngineFacts(versions=("moss_image", "flux3"), bank_versions=("flux3",), raw_prompt=True,
                        references="mmproj"),
+    reference_forward=moss_reference,
     ggk_model_args="--diffusion-model moss-image-sft-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
     ggk_args=("--llm {student} --llm-adapter {gguf} --llm_vision mmproj-qwen3.5-9b-f16.gguf --ref-image sheep.png "
               "--sampling-method euler --diffusion-fa"),

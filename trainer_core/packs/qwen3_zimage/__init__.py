@@ -10,7 +10,6 @@ Text-to-image only: a declaration of the token-aligned text family (common/token
 from __future__ import annotations
 
 from trainer_core.packs.base import STUDENT_MATERIALS, EngineFacts, Material
-from trainer_core.packs.common.qwen3.references import qwen3_reference
 from trainer_core.packs.common.qwen_chat import PREFIX, SUFFIX
 from trainer_core.packs.common.token_aligned_text import TokenAlignedTextPack, last_but_one
 from trainer_core.packs.eval_guide import EvalGuide
@@ -68,7 +67,6 @@ PACK = TokenAlignedTextPack(
     metric_names=("cos", "cos_slice", "rel_mse", "worst_sample_cos_slice", "roundtrip_cos", "trained_steps",
                   "val_samples"),
     engine=EngineFacts(versions=("z_image",), teacher="qwen3"),
-    reference_forward=qwen3_reference,
     ggk_model_args="--diffusion-model z-image-turbo-nvfp4.gguf --vae ae.safetensors",
     ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 8",
     reference_dims={"out_dim": OUT_DIM, "n_layers": N_LAYERS},

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING
 
 from trainer_core.packs.base import STUDENT_MATERIALS, EngineFacts, ExportContents
 from trainer_core.packs.common.flux3_klein import PAD_MULTIPLE, PAD_POSITION, TAPS, tap_text, taps_for
-from trainer_core.packs.common.layerwise import LAYERWISE_DEFAULTS, LAYERWISE_DEMO_SETTINGS, LayerwisePack, PadRows
+from trainer_core.packs.common.layerwise import LayerwisePack, PadRows
 from trainer_core.packs.common.qwen_chat import PREFIX, SUFFIX
-from trainer_core.packs.common.qwen3vl.references import layerwise_reference
 from trainer_core.packs.common.qwen3vl.vision_pack import TEXT_TEACHER_4B
 from trainer_core.packs.eval_guide import EvalGuide
 
@@ -61,7 +60,6 @@ PACK = Flux3Pack(
     taps_of=taps_for,
     pads=PadRows(multiple=PAD_MULTIPLE, position=PAD_POSITION, stored=1),
     family="FLUX.3 Klein",
-    defaults=LAYERWISE_DEFAULTS,
     export_kvs={
         "adapter.qwen_hidden_source": "final_norm",
         "adapter.teacher": "Qwen/Qwen3-VL-4B-Instruct",
@@ -78,11 +76,9 @@ PACK = Flux3Pack(
     metric_names=("cos", "cos_tokens", "cos_pads", "cos_dit", "cos_centered", "cos_raw", "cos_full", "rel_mse",
                   "worst_sample_cos", "roundtrip_cos", "trained_steps", "val_samples"),
     engine=EngineFacts(versions=("flux3",), pad_multiple=PAD_MULTIPLE, teacher="qwen3_vl"),
-    reference_forward=layerwise_reference,
     ggk_model_args="--diffusion-model flux3-image-klein-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 4 --sampling-method euler --diffusion-fa",
     reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},
-    demo_settings=LAYERWISE_DEMO_SETTINGS,
     judge=EvalGuide(
         headline="cos", also=("cos_tokens", "cos_pads", "rel_mse"),
         good="cos is the per-tap standardized cosine training reports as val cos; cos_tokens and cos_pads split "

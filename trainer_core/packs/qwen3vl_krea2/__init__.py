@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 from trainer_core.packs.base import STUDENT_MATERIALS, EngineFacts, ExportContents
 from trainer_core.packs.common.flux3_klein import tap_text
-from trainer_core.packs.common.layerwise import LAYERWISE_DEFAULTS, LAYERWISE_DEMO_SETTINGS, NO_PADS, LayerwisePack
-from trainer_core.packs.common.qwen3vl.references import layerwise_reference
+from trainer_core.packs.common.layerwise import NO_PADS, LayerwisePack
 from trainer_core.packs.common.qwen3vl.vision_pack import TEXT_TEACHER_4B
 from trainer_core.packs.qwen3vl_krea2.template import (IRIS_CAPTION_CAP, MAX_ROWS, SUFFIX, SUFFIX_IDS, SYSTEM_ROWS,
                                                        T2I_PREFIX, TAPS, check_template, taps_for, template_chunks)
@@ -76,7 +75,6 @@ PACK = Krea2Pack(
     template_rows=SYSTEM_ROWS + len(SUFFIX_IDS),
     shard_meta={"caption_cap": IRIS_CAPTION_CAP},
     demo_layers=N_LAYERS,
-    defaults=LAYERWISE_DEFAULTS,
     export_kvs={
         "adapter.qwen_hidden_source": "final_norm",
         "adapter.teacher": "Qwen/Qwen3-VL-4B-Instruct",
@@ -93,11 +91,9 @@ PACK = Krea2Pack(
     metric_names=("cos", "cos_centered", "cos_raw", "cos_full", "rel_mse", "worst_sample_cos", "roundtrip_cos",
                   "trained_steps", "val_samples"),
     engine=EngineFacts(versions=("krea2", "iris"), teacher="qwen3_vl"),
-    reference_forward=layerwise_reference,
     ggk_model_args="--diffusion-model krea2-turbo-nvfp4.gguf --vae krea2-vae-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --cfg-scale 1 --steps 4 --sampling-method euler --diffusion-fa",
     reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},
-    demo_settings=LAYERWISE_DEMO_SETTINGS,
     judge=EvalGuide(
         headline="cos", also=("rel_mse",),
         good="cos is the per-tap standardized cosine training reports as val cos; the trainer6 12-tap run reached "

@@ -19,10 +19,8 @@ only when the window is full), so the pack does not list it among its metrics un
 """
 from __future__ import annotations
 
-from trainer_core.packs.base import STUDENT_MATERIALS, EngineFacts
-from trainer_core.packs.common.t5 import (T5_DEFAULTS, T5_EXPORT_KVS, T5_REPO, T5_TEACHER, T5_VOCAB, T5_WIDTH,
-                                          T5EncoderPack)
-from trainer_core.packs.common.t5.reference import t5_reference
+from trainer_core.packs.base import EngineFacts
+from trainer_core.packs.common.t5 import T5_EXPORT_KVS, T5_VOCAB, T5_WIDTH, T5EncoderPack
 from trainer_core.packs.eval_guide import EvalGuide
 
 __all__ = ["PACK", "CHROMA_WINDOW"]
@@ -45,20 +43,16 @@ PACK = T5EncoderPack(
     adapter_kind="seeded_resampler",
     default_folder="t5_chroma_adapter",
     shard_contract="t5xxl_chroma/1",
-    teacher_repo=T5_REPO,
     window=CHROMA_WINDOW,
     key_mask=False,
     dit_pad_slots=1,
-    defaults=T5_DEFAULTS,
     export_kvs={**T5_EXPORT_KVS,
                 "adapter.target": ("chroma: t5_v1_1_xxl encoder last_hidden_state, unmasked 512-slot window "
                                    "(real slots, EOS and the first pad)")},
     max_len_student=512,
     reference_dims={"out_dim": T5_WIDTH, "num_queries": CHROMA_WINDOW, "seed_vocab": T5_VOCAB},
-    materials=STUDENT_MATERIALS + (T5_TEACHER,),
     metric_names=("cos", "cos_rms", "rel_mse", "worst_row_cos", "roundtrip_cos", "trained_steps", "val_batches"),
     engine=EngineFacts(versions=("chroma",)),
-    reference_forward=t5_reference,
     ggk_model_args="--diffusion-model chroma1-hd-Q8_0.gguf --vae ae.safetensors",
     ggk_args="--llm {student} --llm-adapter {gguf}",
     judge=EvalGuide(

@@ -8,10 +8,8 @@ A declaration of the T5 family (common/t5/).
 """
 from __future__ import annotations
 
-from trainer_core.packs.base import STUDENT_MATERIALS, EngineFacts
-from trainer_core.packs.common.t5 import (T5_DEFAULTS, T5_EXPORT_KVS, T5_REPO, T5_TEACHER, T5_VOCAB, T5_WIDTH,
-                                          T5_WINDOW, T5EncoderPack)
-from trainer_core.packs.common.t5.reference import t5_reference
+from trainer_core.packs.base import EngineFacts
+from trainer_core.packs.common.t5 import T5_VOCAB, T5_WIDTH, T5_WINDOW, T5EncoderPack
 from trainer_core.packs.eval_guide import EvalGuide
 
 __all__ = ["PACK"]
@@ -31,17 +29,12 @@ PACK = T5EncoderPack(
     adapter_kind="seeded_resampler",
     default_folder="t5_adapter",
     shard_contract="t5xxl_pixart/1",
-    teacher_repo=T5_REPO,
     window=T5_WINDOW,
-    defaults=T5_DEFAULTS,
-    export_kvs=T5_EXPORT_KVS,
     max_len_student=256,
     reference_dims={"out_dim": T5_WIDTH, "num_queries": T5_WINDOW, "seed_vocab": T5_VOCAB},  # ~40 slots are real
-    materials=STUDENT_MATERIALS + (T5_TEACHER,),
     metric_names=("cos", "cos_rms", "rel_mse", "worst_row_cos", "cos_eos", "roundtrip_cos",
                   "trained_steps", "val_batches"),
     engine=EngineFacts(versions=("pixart",)),
-    reference_forward=t5_reference,
     ggk_model_args="--diffusion-model pixart-nvfp4.gguf --vae pig_pixart_vae_fp16-f16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf}",
     judge=EvalGuide(

@@ -30,7 +30,6 @@ PACK = T5EncoderPack(
     description="The template pack of docs/ADDING_A_PACK.md: a T5 encoder distilled into pig_clip and a "
                 "seeded resampler.",
     adapter_kind="seeded_resampler",     # a registered kind (trainer_core/contract/kinds/)
-    corpus_kind="text",                  # prompts: data/train.txt and data/val.txt
     default_folder="example_t5_adapter",
     shard_contract="example_t5/1",       # bump it whenever what a shard holds changes
     teacher_repo="callgg/t5-v1_1-xxl-encoder-bf16",

@@ -5,10 +5,11 @@ recipe its families share, and the pack hooks over them (`T5EncoderPack`). A T5 
 declaration of this class with its window (packs/t5xxl_pixart/, packs/t5xxl_chroma/, docs/pack_template/)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from trainer_core.packs.base import Budgets, ExportContents, Material, TrainerPack
+from trainer_core.packs.base import STUDENT_MATERIALS, Budgets, ExportContents, Material, TrainerPack
+from trainer_core.packs.common.t5.reference import t5_reference
 
 if TYPE_CHECKING:
     from trainer_core.base.folder import ProjectFolder
@@ -48,6 +49,11 @@ class T5EncoderPack(TrainerPack):
     ones the DiT reads (`dit_pad_slots`, supervised too)."""
 
     teacher_class: str = "trainer_core.packs.common.t5.teacher:T5Teacher"
+    teacher_repo: str = T5_REPO
+    materials: tuple[Material, ...] = STUDENT_MATERIALS + (T5_TEACHER,)
+    defaults: Mapping[str, Any] = field(default_factory=lambda: T5_DEFAULTS)
+    export_kvs: Mapping[str, Any] = field(default_factory=lambda: T5_EXPORT_KVS)
+    reference_forward: Callable[..., list[Any]] | None = t5_reference
     window: int = T5_WINDOW
     key_mask: bool = True
     dit_pad_slots: int = 0
