@@ -75,7 +75,7 @@ def main() -> int:
     if missing:
         print(json.dumps({"skipped": f"no {' or '.join(missing)} on this machine"}))
         return 0
-    packs = sorted(PACKS, key=lambda p: PACKS[p].order) if args.all else [args.pack]
+    packs = sorted((p for p in PACKS if PACKS[p].engine), key=lambda p: PACKS[p].order) if args.all else [args.pack]
     results = check.run(packs, args.project, args.prompts, args.images, args.engine, args.keep, args.write_fixture)
     if args.all:
         print(json.dumps({"packs": len(results), "all_ok": all(r["ok"] for r in results),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -28,8 +29,6 @@ DEMO_STEPS = "train.steps=60"                 # the demo runs tests/demo_cache.p
 
 def demo_project(pack_id: str, top: Path) -> Path:
     """The pack's demo, trained for a few steps and exported, in a fresh `gguf-trainer` process."""
-    import os
-
     from trainer_core.packs import get_pack
     folder = top / get_pack(pack_id).default_folder
     env = {**os.environ, "GGUF_TRAINER_HOME": str(top / "home"), "PYTHONPATH": str(REPO)}
