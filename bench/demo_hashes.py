@@ -7,12 +7,12 @@ outputs) and eval.json without its clock fields (`time`, `seconds`) and the path
 `--set` changes the demo's settings before the run (tests/test_demo_hashes.py records the figures
 of `--set train.steps=60`, the runs tests/demo_cache.py shares). The last stdout line is JSON:
 {"capability", "torch", "settings", "packs": {id: {"gguf", "extras", "eval", "wall_s"}}}. A refactor that must not change behaviour compares this before and after;
-tests/test_demo_hashes.py keeps the recorded figures (tests/data/demo_hashes.json).
+tests/test_demo_hashes.py keeps the recorded figures (tests/data/demo_hashes.json) and computes the same
+fingerprints (tests/demo_fingerprint.py).
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -23,28 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "tests"))         # the fingerprints are the test's (bench imports tests, never the reverse)
 
-VOLATILE = ("time", "seconds", "gguf")
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def eval_fingerprint(path: Path) -> str:
-    """sha256 of eval.json without the fields that name the clock or the folder it ran in."""
-    record = json.loads(path.read_text())
-    for key in VOLATILE:
-        record.pop(key, None)
-    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
-
-
-def fingerprint(project_dir: Path) -> dict:
-    from trainer_core.project import Project
-    project = Project.open(project_dir)
-    return {"gguf": sha256(project.gguf_path()),
-            "extras": {p.name: sha256(p) for p in project.pack.extras.outputs(project)},
-            "eval": eval_fingerprint(project.eval_json)}
+from demo_fingerprint import fingerprint  # noqa: E402
 
 
 def main() -> None:

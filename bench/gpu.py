@@ -9,7 +9,8 @@ rows in, width 1024, depth 6, 256 queries of 2560-d out, batch 32, bf16 autocast
 rows are 40–200 tokens. `--size small` (the default on CPU) is width 128, depth 2, batch 8,
 64-d rows, so the script also runs on a laptop or CI machine.
 
-Train, on shards written at those shapes under a `llada_image` project (synthetic targets):
+Train, on shards written at those shapes under a project of the registry's default pack (`DEFAULT_PACK`,
+the reference project.json's: llada_image; synthetic targets):
 
   stage          `Trainer.train` itself: the shard stream, metrics every 10 steps, no validation
                  or saves until the end (those are left out of the timing), eager
@@ -27,7 +28,7 @@ is not counted); `peak_tflops` is a timed bf16 8192³ matmul on CUDA (f32 1024³
 `floor_steps_per_s` = peak / FLOPs per step is the rate at which the card would run the step if
 it did nothing but matmuls at full speed, and `mfu` = stage rate / floor.
 
-Precompute: the demo project with its student replaced by a 2-layer random Qwen3 at pig_clip's
+Precompute: the first demo project whose teacher is a T5 (PixArt) with its student replaced by a 2-layer random Qwen3 at pig_clip's
 widths (1024-d, 16 heads, 8 kv heads, 3072 MLP, full vocabulary) and its teacher by a 2-layer
 random T5 at T5-XXL's widths (4096-d, 64 heads, 10240 FFN); the corpus and the val split run
 first, then the train split is timed (`precompute_samples_per_s`). The last stdout line is one
@@ -35,15 +36,16 @@ JSON object.
 
     PYTHONPATH=. python bench/gpu.py --size real [--pack ID ...] [--prompts N] [--steps N] [--smoke [--tiny]]
 
-`--size real`: every pack (t5xxl_pixart, llada_image, qwen3vl_mageflow, qwen3vl_qwenimage) at its
-published config, each in a child process of its own. The teacher is written with random bf16
+`--size real`: one pack per published teacher config (`REAL_TEACHERS`, by the pack's teacher_repo; the
+first demo that reads it: t5xxl_pixart, llada_image, qwen3vl_mageflow, qwen3vl_qwenimage), each in a child
+process of its own. The teacher is written with random bf16
 weights in its real layout (T5-XXL v1.1's encoder; Qwen3-VL-4B / -8B-Instruct through transformers'
 classes; LLaDA2-MoE through the project's stand-in backbone, trainer_core/packs/llada_image/tiny_model,
 with its 256 experts, 8 active, plus QueryFormer and text_projection at their real sizes), the student
 at pig_clip's (Qwen3-0.6B, 151,936-token vocabulary), and the project's own stages run: the corpus,
 precompute val (loads the models, untimed), precompute train timed (`precompute_samples_per_s`) at
-each teacher placement on CUDA (precompute.placement sequential / balanced for LLaDA,
-precompute.teacher_mode gpu / offload for the others; a placement that fails is reported, the best
+each teacher placement on CUDA (precompute.placement sequential / balanced for a pack placed by it,
+`teacher_control`: LLaDA; precompute.teacher_mode gpu / offload for the others; a placement that fails is reported, the best
 one is the pack's figure), then the train stage at the pack's reference size on those shards, eager
 and compiled, with FLOPs per step, the matmul peak and MFU as above. Per pack: `teacher_params` (the
 published config's count, on the meta device), `peak_memory` (ru_maxrss and max allocated per CUDA
@@ -76,6 +78,7 @@ from trainer_core.contract.shards import contract_for, shard_path, write_shard
 from trainer_core.stages.base import never
 from trainer_core.stages.train import Trainer
 from trainer_core.contract.stream import Batch, ShardStream
+from trainer_core.packs import DEFAULT_PACK, DEMO_PACKS, PACKS
 from trainer_core.packs.lookup import resolve_material
 
 SIZES = {
@@ -101,7 +104,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-precompute", action="store_true", help="skip the precompute pass")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
     parser.add_argument("--pack", nargs="*", choices=REAL_PACKS, default=list(REAL_PACKS),
-                        help="--size real: the packs to measure (default all four)")
+                        help="--size real: the packs to measure (default: one per published teacher)")
     parser.add_argument("--smoke", action="store_true",
                         help="--size real on the CPU at one layer per model, 2 steps, eager (the test suite's run)")
     parser.add_argument("--tiny", action="store_true",
@@ -153,9 +156,10 @@ def sync(device: torch.device) -> None:
 # ------------------------------------------------------------ train
 
 def build_train_project(root: Path, args: argparse.Namespace) -> Project:
-    """A llada_image project whose shards hold random rows at the size's shapes."""
+    """A project of the registry's default pack (the reference project.json's: LLaDA's resampler) whose shards
+    hold random rows at the size's shapes."""
     size = SIZES[args.size]
-    project = Project.create(root, "llada_image")
+    project = Project.create(root, DEFAULT_PACK)
     total = args.warmup + args.steps
     project.update_settings([
         "precompute.mock_teacher=true", f"train.device={args.device}", f"train.width={size['width']}",
@@ -317,7 +321,7 @@ def bench_precompute(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     from trainer_core.packs.common.t5.tiny import write_tiny_t5
 
     started = time.perf_counter()
-    project = build_demo(root / "precompute", "t5xxl_pixart")
+    project = build_demo(root / "precompute", first_demo_of("t5"))
     materials = project.materials_dir
     prompts = demo_prompts(args.prompts + 400, seed=SEED)
     (materials / "bench_prompts.txt").write_text("".join(p + "\n" for p in prompts), encoding="utf-8")
@@ -351,27 +355,56 @@ def bench_precompute(root: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 # ------------------------------------------------------------ --size real
 
-# The published configs (random weights). T5-XXL v1.1's encoder; Qwen3-VL-4B/-8B-Instruct; LLaDA2-MoE
-# (LLaDA2.0-mini: the Ling-mini-2.0 Bailing-MoE layout of packs-contract-more §D.1, 2048-d, 20 layers,
-# GQA 16/4, one dense layer then 256 experts of 512 with 8 active in 4 of 8 groups and a shared one,
-# the 157,184-token vocabulary) with QueryFormer and text_projection at the defaults of packs-contract
-# §B.1; pig_clip = Qwen3-0.6B.
-REAL_PACKS = ("t5xxl_pixart", "llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage")
+# The published configs of the teachers (random weights), by the teacher repo a pack declares
+# (`teacher_repo`): T5-XXL v1.1's encoder; Qwen3-VL-4B/-8B-Instruct; LLaDA2-MoE (LLaDA2.0-mini: the
+# Ling-mini-2.0 Bailing-MoE layout of packs-contract-more §D.1, 2048-d, 20 layers, GQA 16/4, one dense layer
+# then 256 experts of 512 with 8 active in 4 of 8 groups and a shared one, the 157,184-token vocabulary) with
+# QueryFormer and text_projection at the defaults of packs-contract §B.1; pig_clip = Qwen3-0.6B. A family
+# ("t5", "llada2", "qwen3vl") says how the teacher is written and counted.
 T5_XXL = {"d_model": 4096, "d_kv": 64, "d_ff": 10240, "num_layers": 24, "num_heads": 64, "vocab_size": 32128}
 _QWEN3VL_TEXT = {"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
                  "max_position_embeddings": 262144,
                  "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
                                      "mrope_interleaved": True}}
-QWEN3VL = {
-    "qwen3vl_mageflow": {   # Qwen3-VL-4B-Instruct
+REAL_TEACHERS: dict[str, dict[str, Any]] = {
+    "callgg/t5-v1_1-xxl-encoder-bf16": {"family": "t5", "name": "T5-XXL v1.1 encoder"},
+    "inclusionAI/LLaDA-Image-Turbo": {"family": "llada2", "name": "LLaDA2-MoE"},
+    "Qwen/Qwen3-VL-4B-Instruct": {
+        "family": "qwen3vl", "name": "Qwen3-VL-4B",
         "text": {**_QWEN3VL_TEXT, "hidden_size": 2560, "intermediate_size": 9728, "tie_word_embeddings": True},
         "vision": {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16,
                    "out_hidden_size": 2560, "deepstack_visual_indexes": [5, 11, 17]}},
-    "qwen3vl_qwenimage": {  # Qwen3-VL-8B-Instruct
+    "Qwen/Qwen3-VL-8B-Instruct": {
+        "family": "qwen3vl", "name": "Qwen3-VL-8B",
         "text": {**_QWEN3VL_TEXT, "hidden_size": 4096, "intermediate_size": 12288, "tie_word_embeddings": False},
         "vision": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
                    "out_hidden_size": 4096, "deepstack_visual_indexes": [8, 16, 24]}},
 }
+
+
+def real_teacher(pack: str) -> dict[str, Any]:
+    return REAL_TEACHERS[PACKS[pack].teacher_repo]
+
+
+def _real_packs() -> tuple[str, ...]:
+    """One pack per published teacher above (a teacher costs the same whichever pack reads it): the first demo
+    whose teacher it is, in demo order."""
+    seen: set[str] = set()
+    out = []
+    for pack in DEMO_PACKS:
+        repo = PACKS[pack].teacher_repo
+        if repo in REAL_TEACHERS and repo not in seen:
+            seen.add(repo)
+            out.append(pack)
+    return tuple(out)
+
+
+def first_demo_of(family: str) -> str:
+    """The first demo pack whose teacher is of `family`."""
+    return next(p for p in DEMO_PACKS if REAL_TEACHERS.get(PACKS[p].teacher_repo, {}).get("family") == family)
+
+
+REAL_PACKS = _real_packs()
 LLADA2 = {"hidden": 2048, "layers": 20, "heads": 16, "head_dim": 128, "intermediate": 5120, "vocab_size": 157184,
           "backbone": {"num_key_value_heads": 4, "num_experts": 256, "num_experts_per_tok": 8,
                        "moe_intermediate_size": 512, "num_shared_experts": 1, "first_k_dense_replace": 1,
@@ -391,8 +424,9 @@ def use_tiny_widths() -> None:
             "rope_parameters": {**_QWEN3VL_TEXT["rope_parameters"], "mrope_section": [2, 3, 3]}}
     vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
               "deepstack_visual_indexes": [0]}
-    for pack, real in QWEN3VL.items():
-        QWEN3VL[pack] = {"text": {**real["text"], **text}, "vision": {**real["vision"], **vision}}
+    for repo, real in REAL_TEACHERS.items():
+        if real["family"] == "qwen3vl":
+            REAL_TEACHERS[repo] = {**real, "text": {**real["text"], **text}, "vision": {**real["vision"], **vision}}
     LLADA2 = {**LLADA2, "hidden": 64, "layers": 2, "heads": 4, "head_dim": 16, "intermediate": 128, "qf_heads": 4,
               "qf_inner": 128, "proj_dim": 64, "tp_layers": 1, "tp_heads": 4, "tp_inner": 128,
               "backbone": {**LLADA2["backbone"], "num_key_value_heads": 2, "num_experts": 8, "num_experts_per_tok": 2,
@@ -405,12 +439,13 @@ SMOKE_AREAS = ("corpus.ref_areas=[[16384, 0.5], [36864, 0.5]]", "corpus.two_imag
 
 def real_teacher_params(pack: str) -> int:
     """Parameters of the pack's teacher at its published config, counted on the meta device (nothing allocated)."""
+    family = real_teacher(pack)["family"]
     with torch.device("meta"):
-        if pack == "t5xxl_pixart":
+        if family == "t5":
             from transformers import T5Config, T5EncoderModel
             model = T5EncoderModel(T5Config(**T5_XXL, feed_forward_proj="gated-gelu", is_encoder_decoder=False))
             return sum(p.numel() for p in model.parameters())
-        if pack == "llada_image":
+        if family == "llada2":
             from trainer_core.packs.llada_image.teacher import QueryFormer, TextProjection
             from trainer_core.packs.llada_image.tiny_model.configuration_tiny_llada import TinyLLaDAConfig
             from trainer_core.packs.llada_image.tiny_model.modeling_tiny_llada import TinyLLaDAForEncoding
@@ -429,7 +464,7 @@ def real_teacher_params(pack: str) -> int:
                                          "num_hidden_layers": c["tp_layers"], "projection_dim": c["proj_dim"]}))
             return sum(p.numel() for part in parts for p in part.parameters())
         from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
-        real = QWEN3VL[pack]
+        real = real_teacher(pack)
         config = Qwen3VLConfig(text_config={"vocab_size": 151936, **real["text"]},
                                vision_config={"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
                                               "num_position_embeddings": 2304, **real["vision"]},
@@ -443,12 +478,13 @@ def write_real_teacher(pack: str, folder: Path, smoke: bool, texts: list[str]) -
     from trainer_core.packs.llada_image.tiny import write_tiny_llada
     from trainer_core.packs.common.qwen3vl.tiny import write_tiny_qwen3vl
     from trainer_core.packs.common.t5.tiny import write_tiny_t5
-    if pack == "t5xxl_pixart":
+    real = real_teacher(pack)
+    if real["family"] == "t5":
         layers = 1 if smoke else T5_XXL["num_layers"]
         write_tiny_t5(folder, texts, d_model=T5_XXL["d_model"], layers=layers, heads=T5_XXL["num_heads"],
                       d_kv=T5_XXL["d_kv"], d_ff=T5_XXL["d_ff"], dtype=torch.bfloat16)
         return f"T5-XXL v1.1 encoder layout, {T5_XXL['d_model']}-d, {layers} layer(s)"
-    if pack == "llada_image":
+    if real["family"] == "llada2":
         c = LLADA2
         layers = 1 + c["backbone"]["first_k_dense_replace"] if smoke else c["layers"]
         write_tiny_llada(folder, hidden=c["hidden"], layers=layers, heads=c["heads"], head_dim=c["head_dim"],
@@ -458,13 +494,11 @@ def write_real_teacher(pack: str, folder: Path, smoke: bool, texts: list[str]) -
                          backbone=c["backbone"], dtype=torch.bfloat16)
         return (f"LLaDA2-MoE layout, {c['hidden']}-d, {layers} backbone layer(s) ({c['backbone']['num_experts']} "
                 f"experts, {c['backbone']['num_experts_per_tok']} active)")
-    real = QWEN3VL[pack]
     text, vision = dict(real["text"]), dict(real["vision"])
     if smoke:
         text["num_hidden_layers"], vision["depth"], vision["deepstack_visual_indexes"] = 1, 1, [0]
     write_tiny_qwen3vl(folder, text=text, vision=vision, dtype=torch.bfloat16, max_shard_size="4GB")
-    name = "Qwen3-VL-4B" if pack == "qwen3vl_mageflow" else "Qwen3-VL-8B"
-    return f"{name} layout, {text['hidden_size']}-d, {text['num_hidden_layers']} text / {vision['depth']} vision layer(s)"
+    return f"{real['name']} layout, {text['hidden_size']}-d, {text['num_hidden_layers']} text / {vision['depth']} vision layer(s)"
 
 
 def write_real_student(materials: Path, smoke: bool) -> tuple[Path, Path]:
@@ -498,7 +532,7 @@ def teacher_modes(pack: str, device: torch.device) -> list[str]:
     not fit and the run reports it); the pack's default alone on the CPU."""
     if device.type != "cuda":
         return []
-    if pack == "llada_image":
+    if PACKS[pack].teacher_control == "placement":
         return ["precompute.placement=sequential", "precompute.placement=balanced"]
     return ["precompute.teacher_mode=gpu", "precompute.teacher_mode=offload"]
 

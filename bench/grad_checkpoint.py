@@ -24,21 +24,20 @@ import torch
 
 from trainer_core.contract.kinds import AdapterConfig, build_adapter
 
-KINDS = {
-    "resampler": dict(kind="resampler", in_dim=1024, out_dim=2048, width=1024, depth=6, num_queries=256),
-    "token_aligned_layerwise": dict(kind="token_aligned_layerwise", in_dim=1024, out_dim=8 * 2560, width=1024,
-                                    depth=4, taps=(4, 8, 12, 16, 20, 24, 28, 32)),
-    "qwen35_bridge": dict(kind="qwen35_bridge", in_dim=1024, out_dim=4096, width=1024, depth=6, seed_vocab=4096,
-                          seed_rank=384, vis_dim=4096, max_slots=2304, n_bank=240, bank_dim=8 * 2560,
-                          bank_align=True),
-}
+KINDS = {c["kind"]: c for c in (
+    dict(kind="resampler", in_dim=1024, out_dim=2048, width=1024, depth=6, num_queries=256),
+    dict(kind="token_aligned_layerwise", in_dim=1024, out_dim=8 * 2560, width=1024, depth=4,
+         taps=(4, 8, 12, 16, 20, 24, 28, 32)),
+    dict(kind="qwen35_bridge", in_dim=1024, out_dim=4096, width=1024, depth=6, seed_vocab=4096, seed_rank=384,
+         vis_dim=4096, max_slots=2304, n_bank=240, bank_dim=8 * 2560, bank_align=True),
+)}
 _L, _SLOTS = 64, 300          # student rows; the bridge's template slots (a text prompt + a 256-token reference)
 
 
 def inputs(config: AdapterConfig, batch: int, device: torch.device) -> tuple[tuple, dict, list[torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
     h = torch.randn(batch, _L, config.in_dim, generator=g).to(device)
-    if config.kind == "qwen35_bridge":
+    if config.n_bank:                        # a slot kind with a bank: seed ids, vision keys and the bank's rows
         kw = {"seed_ids": torch.randint(0, config.seed_vocab, (batch, _SLOTS), generator=g).to(device),
               "vis_kv": torch.randn(batch, 256, config.vis_dim, generator=g).to(device),
               "bank_hidden": torch.randn(batch, config.n_bank, config.in_dim, generator=g).to(device)}

@@ -106,8 +106,9 @@ def time_idle(home: Path, seconds: float) -> dict[str, float]:
     from gradio_client import Client
     os.environ["GGUF_TRAINER_HOME"] = str(home)
     sys.path.insert(0, str(REPO))
+    from trainer_core.packs import DEMO_PACKS
     from trainer_core.project import Project
-    project = Project.create(home / "projects" / "idle", "t5xxl_pixart")
+    project = Project.create(home / "projects" / "idle", DEMO_PACKS[0])
     write_history(project.root, 2000)
     proc, url = start_app(home)
     try:
@@ -152,10 +153,11 @@ def time_ticks(home: Path, steps: int, ticks: int) -> dict[str, float]:
     sys.path.insert(0, str(REPO))
     from gradio_client import Client
 
+    from trainer_core.packs import DEMO_PACKS
     from trainer_core.project import Project
     from ui.app import make_context, serve
     ctx = make_context(home / "projects", demo_root=home / "demo")
-    project = Project.create(ctx.projects_root / "history", "t5xxl_pixart")
+    project = Project.create(ctx.projects_root / "history", DEMO_PACKS[0])
     write_history(project.root, steps)
     import contextlib
     with contextlib.redirect_stdout(sys.stderr):       # stdout carries only the JSON line

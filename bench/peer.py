@@ -26,6 +26,7 @@ that trainer's own state.json, the whole run the wall clock of the process; peak
 os.wait4 (the run process and every child it waited for). The load average is recorded before each
 run: the machine should be quiet. Figures are medians over the rounds; ratio = ours ÷ theirs.
 
+Which packs, and what each gets beyond the common settings, is bench/peer_packs.json (facts about 0.0.14).
 Ming's and the Qwen3.5 bridge's exports embed the teacher's vocabulary (0.0.14 skips it when the
 teacher is absent, ours refuses), so both projects point materials.teacher at a tiny tokenizer of the
 real format: Ming our demo's tiny Ling tokenizer (real special ids); Qwen3.5 our demo's tiny BPE with
@@ -58,13 +59,9 @@ REPO = Path(__file__).resolve().parents[1]
 PEER_VERSION = "0.0.14"
 DEFAULT_PEER = "/tmp/peer-venv/bin/python"
 STAGES = ("precompute_val", "precompute_train", "train", "export", "eval")
-PACKS = ("t5xxl_pixart", "llada_image", "qwen3vl_mageflow", "qwen3vl_qwenimage", "qwen3vl_flux3", "ming_image",
-         "qwen35_bridge")
-FOLDERS = {"t5xxl_pixart": "t5_adapter", "llada_image": "llada_adapter", "qwen3vl_flux3": "qwen3vl_4b_it_adapter",
-           "qwen3vl_mageflow": "qwen3vl_4b_adapter", "qwen3vl_qwenimage": "qwen3vl_8b_adapter",
-           "ming_image": "ming_adapter", "qwen35_bridge": "qwen3.5_9b_adapter"}
-IMAGE_PACKS = ("qwen3vl_mageflow", "qwen3vl_qwenimage", "ming_image", "qwen35_bridge")
-TEACHER_TOKENIZERS = ("ming_image", "qwen35_bridge")
+# the packs 0.0.14 has, in the order they run, and what each gets beyond COMMON (facts about that release)
+PEER_PACKS: dict[str, dict] = json.loads((REPO / "bench" / "peer_packs.json").read_text(encoding="utf-8"))["packs"]
+PACKS = tuple(PEER_PACKS)
 N_TRAIN, N_VAL, N_IMAGES = 300, 64, 96
 
 # the issue's settings, the same for both trainers
@@ -76,16 +73,6 @@ COMMON = {
 # the image packs' corpus (built once by our corpus stage, then copied into both projects)
 IMAGE_CORPUS = {"corpus.presets": [], "corpus.image_presets": [], "corpus.n_image": 150, "corpus.n_two": 20,
                 "corpus.n_text": 130, "corpus.n_val_image": 32, "corpus.n_val_text": 32}
-SMALL_AREAS = {"corpus.ref_areas": [[16384, 0.5], [36864, 0.5]], "corpus.two_image_max_area": 16384}
-# per pack, beside the image corpus (Qwen-Image: our demo's small areas); Ming: the work both trainers
-# have, not its layer samples, vision bridge or vision export (0.0.14 has none of the
-# first two; its vision export needs the teacher's tower); one image per sample
-PACK_EXTRAS: dict[str, dict[str, object]] = {
-    "qwen3vl_qwenimage": SMALL_AREAS,
-    "ming_image": {**SMALL_AREAS, "corpus.n_two": 0, "corpus.n_layer": 0, "corpus.n_val_layer": 0,
-                   "export.vis_bridge": False, "export.export_vision": False},
-    "qwen35_bridge": {**SMALL_AREAS, "corpus.n_klein": 0, "corpus.n_val_klein": 0, "train.klein_head": False},
-}
 # settings whose value in the peer's project is made ours (pack defaults of both may differ)
 COPIED = ("precompute.shard_size", "precompute.val_shard_size", "precompute.teacher_batch",
           "precompute.tok_budget", "precompute.student_batch", "precompute.student_tok_budget",
@@ -140,24 +127,30 @@ def build_inputs(folder: Path, images: bool) -> None:
         (folder / ".images-done").touch()
 
 
+def is_image_pack(pack: str) -> bool:
+    from trainer_core.packs import get_pack
+    return get_pack(pack).corpus_kind.reference_images
+
+
 def build_teacher_tokenizer(pack: str, inputs: Path) -> None:
     """The teacher material both trainers' exports read for `pack` (the vocabulary the adapter GGUF
-    carries; no weights: the mocks run). Ming: our demo's tiny Ling tokenizer (real special ids) under
-    mllm/. Qwen3.5: our demo's tiny Qwen3.5-format BPE with "user" and "assistant" moved to their real
-    ids (846, 74455: 0.0.14's mock checks them), beside a config.json with the real widths (ours reads
-    the teacher's dimensions from it)."""
+    carries; no weights: the mocks run), of the format bench/peer_packs.json names."""
     folder = inputs / f"{pack}-teacher"
     if (folder / ".done").is_file():
         return
-    if pack == "ming_image":
-        from trainer_core.packs.ming_image.tiny import write_tiny_ling_tokenizer
-        write_tiny_ling_tokenizer(folder / "mllm")
-    else:
-        _qwen35_teacher(folder)
+    TEACHER_TOKENIZERS[PEER_PACKS[pack]["teacher_tokenizer"]](folder)
     (folder / ".done").touch()
 
 
+def _ling_teacher(folder: Path) -> None:
+    """Our demo's tiny Ling tokenizer (real special ids) under mllm/."""
+    from trainer_core.packs.ming_image.tiny import write_tiny_ling_tokenizer
+    write_tiny_ling_tokenizer(folder / "mllm")
+
+
 def _qwen35_teacher(folder: Path) -> None:
+    """Our demo's tiny Qwen3.5-format BPE with "user" and "assistant" moved to their real ids (846, 74455: 0.0.14's
+    mock checks them), beside a config.json with the real widths (ours reads the teacher's dimensions from it)."""
     from trainer_core.packs.qwen35_bridge.tiny import write_tiny_tokenizer
     write_tiny_tokenizer(folder)
     path = folder / "tokenizer.json"
@@ -174,20 +167,24 @@ def _qwen35_teacher(folder: Path) -> None:
         "vision_config": {"out_hidden_size": 4096}}) + "\n", encoding="utf-8")
 
 
+# the teacher tokenizers bench/peer_packs.json names, by format
+TEACHER_TOKENIZERS = {"ling": _ling_teacher, "qwen3.5": _qwen35_teacher}
+
+
 def pack_settings(pack: str, inputs: Path, steps: int) -> dict[str, object]:
     """Every setting both projects of `pack` get (dotted keys, JSON values)."""
     settings: dict[str, object] = {**COMMON, "train.steps": steps,
                                    "materials.student.path": str(inputs / "pig_clip-bench-f16.gguf"),
                                    "materials.student_tokenizer.path": str(inputs / "pig-clip-tokenizer")}
-    if pack in IMAGE_PACKS:
+    if is_image_pack(pack):
         settings.update(IMAGE_CORPUS, **{"corpus.image_folders": [str(inputs / "images")],
                                          "corpus.extra_files": [str(inputs / "prompts.txt")]})
-        settings.update(PACK_EXTRAS.get(pack, {}))
-        if pack in TEACHER_TOKENIZERS:
-            settings["materials.teacher.path"] = str(inputs / f"{pack}-teacher")
     else:
         settings.update({"corpus.mode": "files", "corpus.train_file": str(inputs / "train.txt"),
                          "corpus.val_file": str(inputs / "val.txt")})
+    settings.update(PEER_PACKS[pack].get("settings", {}))
+    if "teacher_tokenizer" in PEER_PACKS[pack]:
+        settings["materials.teacher.path"] = str(inputs / f"{pack}-teacher")
     return settings
 
 
@@ -225,7 +222,7 @@ def prepare_ours(pack: str, project: Path, settings: dict[str, object], home: Pa
     assignments = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in settings.items()]
     _ours("set", "--project", str(project), "--set", "precompute.mock_teacher=true",
           *(a for assignment in assignments for a in ("--set", assignment)), home=home)
-    if pack in IMAGE_PACKS:
+    if is_image_pack(pack):
         _ours("run", "--project", str(project), "--only", "corpus", home=home)
     for name in ("state.json", "events.jsonl", "pipeline.log"):       # the corpus run's traces
         (project / name).unlink(missing_ok=True)
@@ -246,7 +243,7 @@ def prepare_theirs(peer_python: str, pack: str, project: Path, settings: dict[st
                        env=_env(home), cwd=project.parent, capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"creating the peer's {pack} project failed:\n{r.stderr[-2000:]}")
-    if pack in IMAGE_PACKS:
+    if is_image_pack(pack):
         shutil.copytree(ours_project / "data", project / "data")
 
 
@@ -295,15 +292,16 @@ def _ratio(ours: dict, theirs: dict) -> dict[str, float | None]:
 
 def measure(pack: str, args: argparse.Namespace, work: Path, loads: list[float]) -> dict[str, object]:
     inputs = work / "inputs"
-    build_inputs(inputs, images=pack in IMAGE_PACKS)
-    if pack in TEACHER_TOKENIZERS:
+    build_inputs(inputs, images=is_image_pack(pack))
+    if "teacher_tokenizer" in PEER_PACKS[pack]:
         build_teacher_tokenizer(pack, inputs)
     base = work / pack
     shutil.rmtree(base, ignore_errors=True)
     settings = pack_settings(pack, inputs, args.steps)
     for home in ("home-ours", "home-theirs"):
         (work / home).mkdir(exist_ok=True)
-    folder = FOLDERS[pack]
+    from trainer_core.packs import get_pack
+    folder = get_pack(pack).default_folder          # ours' default, which is also 0.0.14's default_name
     ours_prepared = base / "ours" / "prepared" / folder
     theirs_prepared = base / "theirs" / "prepared" / folder
     ours_config = prepare_ours(pack, ours_prepared, settings, work / "home-ours")

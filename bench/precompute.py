@@ -51,6 +51,7 @@ from trainer_core.contract.shards import contract_for, mock_enabled
 from trainer_core.stages import corpus as corpus_stage
 from trainer_core.contract.corpus_files import read_corpus
 from trainer_core.stages.precompute import load_models
+from trainer_core.packs import DEMO_PACKS
 from trainer_core.packs.lookup import format_prompt
 
 BENCH_SEED = 7  # the synthetic corpus; the demo's own prompts use trainer_core.demo.SEED
@@ -105,7 +106,7 @@ class Bench:
 
     @classmethod
     def build(cls, tmp: Path, args: argparse.Namespace) -> "Bench":
-        project = build_demo(tmp / "project", "t5xxl_pixart")
+        project = build_demo(tmp / "project", DEMO_PACKS[0])         # the first demo: a tiny real T5 teacher
         prompt_file = project.materials_dir / "bench_prompts.txt"
         n_val = project.settings.corpus.n_val
         # the demo's word lists, on whose prompts the demo's T5 vocabulary was trained

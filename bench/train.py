@@ -4,7 +4,7 @@
         [--width W] [--depth D] [--batch B] [--rounds R] [--threads T] [--scale S]
         [--cadence default|demo] [--profile FILE] [--no-rss]
 
-A demo project (trainer_core.demo) of the pack (`--pack`, any demo pack; PixArt by default) is
+A demo project (trainer_core.demo) of the pack (`--pack`, any demo pack; the first demo, PixArt, by default) is
 built in a temp folder with N synthetic train prompts (image packs: N samples, half with a reference
 image); its corpus and precompute stages run for real. The defaults (width 128, depth 2, batch 32, 300
 steps) keep a whole run near 3 minutes on 2 CPU cores. `--cadence default` (the default) keeps
@@ -116,7 +116,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pack", default="t5xxl_pixart", help="the demo pack whose geometry is measured")
+    from trainer_core.packs import DEMO_PACKS
+    parser.add_argument("--pack", default=DEMO_PACKS[0], help="the demo pack whose geometry is measured "
+                        f"(default: the first demo, {DEMO_PACKS[0]})")
     parser.add_argument("--steps", type=int, default=300, help="train.steps of every run (default 300)")
     parser.add_argument("--prompts", type=int, default=480, help="train prompts of the 1x corpus (default 480)")
     parser.add_argument("--device", default="cpu", help="train.device (default cpu)")

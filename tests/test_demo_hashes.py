@@ -1,14 +1,14 @@
 """Behaviour kept across refactors: every demo pack, taken through the whole pipeline by the stage
 processes as the driver starts them (tests/demo_cache.py), exports the same GGUF, the same extra files and the same eval.json
 (clock and path fields left out) as `gguf-trainer run` did in fresh processes when the figures in
-tests/data/demo_hashes.json were recorded by bench/demo_hashes.py on this kind of machine.
+tests/data/demo_hashes.json were recorded by bench/demo_hashes.py on this kind of machine (both fingerprint with
+tests/demo_fingerprint.py).
 
 Float results depend on the CPU's vector width and the torch build; on another machine the recorded
 figures do not apply, and the test checks instead that exporting and evaluating the same checkpoint
 again writes the same bytes."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -16,20 +16,11 @@ import pytest
 import torch
 
 import demo_cache
+from demo_fingerprint import fingerprint
 from trainer_core.packs import DEMO_PACKS
 from trainer_core.project import Project
 
 DATA = Path(__file__).parent / "data" / "demo_hashes.json"
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "demo_hashes.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("demo_hashes_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 RECORDED = json.loads(DATA.read_text())
 SAME_MACHINE = (RECORDED["capability"] == torch.backends.cpu.get_cpu_capability()
                 and RECORDED["torch"] == torch.__version__)
@@ -43,7 +34,7 @@ def test_the_recorded_figures_are_of_the_runs_the_tests_share():
 @pytest.mark.parametrize("pack_id", DEMO_PACKS)
 def test_the_stage_chain_exports_the_recorded_bytes(pack_id, tmp_path):
     root = demo_cache.copy_trained(pack_id, tmp_path)
-    got = _bench().fingerprint(root)
+    got = fingerprint(root)
     assert got["extras"].keys() == RECORDED["packs"][pack_id]["extras"].keys()
     if SAME_MACHINE:
         want = {k: RECORDED["packs"][pack_id][k] for k in ("gguf", "extras", "eval")}
@@ -55,4 +46,4 @@ def test_the_stage_chain_exports_the_recorded_bytes(pack_id, tmp_path):
     project = Project.open(root)
     assert export.run(project, ListReport(), lambda: False) == "done"
     assert evaluate.run(Project.open(root), ListReport(), lambda: False) == "done"
-    assert _bench().fingerprint(root) == got
+    assert fingerprint(root) == got

@@ -15,8 +15,9 @@
 // (without --adapter, --llm is a teacher the conditioner runs itself)
 //
 // stdin: one JSON object a line {"text": "...", "dump": DIR, "images": [{"path", "width", "height",
-// "channels"}] (optional: raw 8-bit pixels, the references; the conditioner gets them as the pipeline
-// hands them over, gk-diffuser.cpp:5984-5987, 6185-6193)}; SD_DUMP_COND=DIR is set around
+// "channels"}] (optional: raw 8-bit pixels, the references, of 1, 3 or 4 channels; the conditioner gets
+// them as the pipeline hands them over, in the channels it keeps for the version, gk-diffuser.cpp:3731-3733,
+// 5872-5893, 5984-5987, 6185-6193)}; SD_DUMP_COND=DIR is set around
 // the call, so the conditioner writes its own dumps there (qwen_hidden.bin, adapter_out.bin,
 // tokens.txt or t5_ids.txt, ...), and this driver adds cond.bin (c_crossattn, f32) and
 // cond_shape.txt. stdout: one JSON object a line {"ok": true, "shape": [...]} or
@@ -57,6 +58,31 @@ static SDVersion version_named(const std::string& name) {
     }
     fprintf(stderr, "ggk_cond: unknown --version '%s'\n", name.c_str());
     exit(2);
+}
+
+// gk-diffuser.cpp:3731-3733 (get_image_channels): the channels the pipeline hands the conditioner a
+// reference in, for the model version
+static int image_channels(SDVersion version) {
+    return version == VERSION_QWEN_IMAGE_LAYERED || version == VERSION_QWEN_IMAGE_2_1 || sd_version_is_ming_image(version) ? 4 : 3;
+}
+
+// gk-diffuser.cpp:5872-5893: a reference of `ch` 8-bit channels in the channels the pipeline keeps: an opaque
+// alpha added (grey: repeated to RGB first), or the alpha sliced off
+static std::vector<uint8_t> pipeline_channels(const std::vector<uint8_t>& in, size_t pixels, int ch, int keep) {
+    if (ch == keep) {
+        return in;
+    }
+    if (!((keep == 4 && (ch == 3 || ch == 1)) || (keep == 3 && ch >= 3))) {
+        fprintf(stderr, "ggk_cond: cannot convert a reference from %d to %d channels\n", ch, keep);
+        exit(1);
+    }
+    std::vector<uint8_t> out(pixels * keep);
+    for (size_t i = 0; i < pixels; i++) {
+        for (int c = 0; c < keep; c++) {
+            out[i * keep + c] = c == 3 ? 255 : in[i * ch + (ch == 1 ? 0 : c)];
+        }
+    }
+    return out;
 }
 
 // gk-diffuser.cpp:1289-1315 (read_embedded_json): tokenizer.json bytes stored one per element
@@ -254,8 +280,8 @@ int main(int argc, char** argv) {
         const std::string dump = item.at("dump").get<std::string>();
         setenv("SD_DUMP_COND", dump.c_str(), 1);
         prompt_log.clear();
-        // references: raw 8-bit pixels, row-major height × width × channels (the channels the pipeline
-        // keeps for the version, get_image_channels), made a tensor as the pipeline makes it (util.cpp:741)
+        // references: raw 8-bit pixels, row-major height × width × channels, in the channels the pipeline
+        // keeps for the version (get_image_channels), made a tensor as the pipeline makes it (util.cpp:741)
         std::vector<sd::Tensor<float>> refs;
         std::vector<std::vector<uint8_t>> ref_bytes;
         for (const auto& ref : item.value("images", json::array())) {
@@ -268,7 +294,9 @@ int main(int argc, char** argv) {
                 return 1;
             }
             fclose(f);
-            sd_image_t image = {static_cast<uint32_t>(w), static_cast<uint32_t>(h), static_cast<uint32_t>(ch),
+            const int keep   = image_channels(version);
+            ref_bytes.back() = pipeline_channels(ref_bytes.back(), static_cast<size_t>(w) * h, ch, keep);
+            sd_image_t image = {static_cast<uint32_t>(w), static_cast<uint32_t>(h), static_cast<uint32_t>(keep),
                                 ref_bytes.back().data()};
             refs.push_back(sd_image_to_tensor(image));
         }

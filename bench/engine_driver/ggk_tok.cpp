@@ -13,13 +13,16 @@
 // cannot be compiled without the whole engine) is transcribed here; every step cites
 // the engine line it mirrors (ggk-0.9.7/vendor/engine/diffusion/src/...).
 //
-// Usage: ggk_tok --pack PACK [--prompts FILE|-] [--caption-length N] [--pack-dir DIR]
+// Usage: ggk_tok --version VERSION [--prompts FILE|-] [--caption-length N] [--pack-dir DIR]
 //                [--verbose] [--classify]
-//   PACK: t5xxl_pixart | llada_image | qwen3vl_mageflow | qwen3vl_qwenimage
+//        ggk_tok --versions        (the model versions below, as one JSON array)
+//   VERSION: the model version whose conditioner assembles the prompt (model.h's names, as ggk_cond
+//            takes them): pixart (with its T5 seed window) | llada_image | mage_flow | qwen_image_2_1
 //   Input: one JSON value per line: a string (the prompt), or an object
 //          {"text": "...", "images": [n1, n2, ...]} where n_i is the number of vision
-//          slots (<|image_pad|>) of reference image i (edit mode of the two Qwen3-VL packs).
-//   Output: one JSON object per input line (see README.md).
+//          slots (<|image_pad|>) of reference image i (the edit template of mage_flow and qwen_image_2_1).
+//   Output: one JSON object per input line: {"version", "text", "ids", "n", "start", ...}.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -87,7 +90,7 @@ static bool all_one(const std::vector<float>& w) {
 }
 
 // ------------------------------------------------------------------ LLMEmbedder::tokenize
-// conditioner.hpp:2551-2619 (spell_quotes is false and suffix empty for these packs:
+// conditioner.hpp:2551-2619 (spell_quotes is false and suffix empty for these versions:
 // conditioner.hpp:2941, 2943; only longcat sets spell_quotes, 3307; only iris a suffix, 3673).
 struct Tokenized {
     Chunks chunks;
@@ -124,7 +127,7 @@ static Tokenized llm_tokenize(QwenTok& tok, const std::string& text, const std::
     return r;
 }
 
-// ------------------------------------------------------------------ packs
+// ------------------------------------------------------------------ the model versions' prompts
 
 static const char* kMageEditSystem =
     "<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, objects, "
@@ -137,8 +140,11 @@ static const char* kMageT2ISystem =
 static const char* kQwenSuffix = "<|im_end|>\n<|im_start|>assistant\n";
 static const char* kQI21System = "<|im_start|>system\nComprehend and analyze the provided prompt.<|im_end|>\n";  // :3080
 
-static json run_llm_pack(const std::string& pack, QwenTok& tok, const std::string& user_text,
-                         const std::vector<int>& images) {
+// the model versions whose prompt assembly this driver transcribes
+static const std::vector<std::string> kVersions = {"pixart", "llada_image", "mage_flow", "qwen_image_2_1"};
+
+static json run_llm_version(const std::string& version, QwenTok& tok, const std::string& user_text,
+                            const std::vector<int>& images) {
     std::string prompt;
     std::pair<int, int> prompt_attn_range{0, 0};
     int start_idx     = 34;          // conditioner.hpp:2937
@@ -147,7 +153,7 @@ static json run_llm_pack(const std::string& pack, QwenTok& tok, const std::strin
     std::vector<std::pair<int, int>> image_slots;  // (first <|image_pad|> index, count)
     json out;
 
-    if (pack == "llada_image") {                                                 // conditioner.hpp:3443-3464
+    if (version == "llada_image") {                                              // conditioner.hpp:3443-3464
         if (!images.empty()) out["note"] = "llada_image: reference images never enter the text encoder (ignored)";
         start_idx = 0;
         if (user_text.empty()) {
@@ -160,7 +166,7 @@ static json run_llm_pack(const std::string& pack, QwenTok& tok, const std::strin
             prompt_attn_range.second = static_cast<int>(prompt.size());
         }
         prompt += "\n<role>ASSISTANT</role>\n<IMAGE1>";
-    } else if (pack == "qwen3vl_mageflow") {                                     // conditioner.hpp:3154-3235
+    } else if (version == "mage_flow") {                                         // conditioner.hpp:3154-3235
         if (!images.empty()) {
             start_idx           = 64;
             int image_embed_idx = 64 + 6;
@@ -188,7 +194,7 @@ static json run_llm_pack(const std::string& pack, QwenTok& tok, const std::strin
             prompt += kQwenSuffix;
         }
         max_length = 2048 + start_idx;                                           // :3233-3235
-    } else if (pack == "qwen3vl_qwenimage") {                                    // conditioner.hpp:3050-3153
+    } else if (version == "qwen_image_2_1") {                                    // conditioner.hpp:3050-3153
         prompt    = kQI21System;
         start_idx = static_cast<int>(tok.encode(prompt, nullptr).size());        // :3082
         prompt += "<|im_start|>user\n";
@@ -224,7 +230,7 @@ static json run_llm_pack(const std::string& pack, QwenTok& tok, const std::strin
     // conditioner.hpp:2898 (GGML_ASSERT(rows > start)); apply_token_weights :95 (called at :2897) for LLaDA
     if (static_cast<int>(t.tokens.size()) <= start_idx)
         errors.push_back("GGML_ASSERT(hidden_states.shape()[1] > prompt_template_encode_start_idx) fails");
-    if (pack == "llada_image" && !all_one(t.weights) && t.tokens.size() != 256)
+    if (version == "llada_image" && !all_one(t.weights) && t.tokens.size() != 256)
         errors.push_back("apply_token_weights: GGML_ASSERT(256 adapter rows == " + std::to_string(t.tokens.size()) +
                          " token weights) fails (weighted prompt on the LLaDA resampler path)");
 
@@ -321,7 +327,7 @@ static int classify() {
 }
 
 int main(int argc, char** argv) {
-    std::string pack, prompts_path = "-", pack_dir;
+    std::string version, prompts_path = "-", pack_dir;
     size_t caption_length = 120;
     bool do_classify      = false;
     for (int i = 1; i < argc; ++i) {
@@ -333,7 +339,11 @@ int main(int argc, char** argv) {
             }
             return argv[++i];
         };
-        if (a == "--pack") pack = next();
+        if (a == "--version") version = next();
+        else if (a == "--versions") {
+            std::cout << json(kVersions).dump() << "\n";
+            return 0;
+        }
         else if (a == "--prompts") prompts_path = next();
         else if (a == "--caption-length") caption_length = std::stoul(next());
         else if (a == "--pack-dir") pack_dir = next();
@@ -341,7 +351,7 @@ int main(int argc, char** argv) {
         else if (a == "--classify") do_classify = true;
         else {
             fprintf(stderr,
-                    "usage: %s --pack t5xxl_pixart|llada_image|qwen3vl_mageflow|qwen3vl_qwenimage "
+                    "usage: %s --version pixart|llada_image|mage_flow|qwen_image_2_1 "
                     "[--prompts FILE|-] [--caption-length 120] [--pack-dir DIR] [--verbose]\n"
                     "       %s --classify < hex code points\n",
                     argv[0], argv[0]);
@@ -349,8 +359,8 @@ int main(int argc, char** argv) {
         }
     }
     if (do_classify) return classify();
-    if (pack != "t5xxl_pixart" && pack != "llada_image" && pack != "qwen3vl_mageflow" && pack != "qwen3vl_qwenimage") {
-        fprintf(stderr, "--pack must be one of t5xxl_pixart, llada_image, qwen3vl_mageflow, qwen3vl_qwenimage\n");
+    if (std::find(kVersions.begin(), kVersions.end(), version) == kVersions.end()) {
+        fprintf(stderr, "--version must be one of pixart, llada_image, mage_flow, qwen_image_2_1\n");
         return 2;
     }
     // gk-diffuser.cpp:1033-1037: --tokenizer-pack / SD_TOKENIZER_PACK, set before tokenizers are built
@@ -358,7 +368,7 @@ int main(int argc, char** argv) {
 
     QwenTok qtok;
     std::unique_ptr<T5Tok> t5;
-    if (pack == "t5xxl_pixart") {
+    if (version == "pixart") {
         t5.reset(new T5Tok());
         if (t5->status_code() != 0) {
             fprintf(stderr, "T5 tokenizer failed to initialise (status %d)\n", t5->status_code());
@@ -383,7 +393,7 @@ int main(int argc, char** argv) {
         if (!line.empty() && line.back() == '\r') line.pop_back();
         if (line.find_first_not_of(" \t") == std::string::npos) continue;
         json out;
-        out["pack"] = pack;
+        out["version"] = version;
         try {
             json v = json::parse(line);
             std::string text;
@@ -398,8 +408,8 @@ int main(int argc, char** argv) {
             }
             out["text"] = text;
             if (!images.empty()) out["images"] = images;
-            json r = pack == "t5xxl_pixart" ? run_pixart(qtok, *t5, text, caption_length)
-                                            : run_llm_pack(pack, qtok, text, images);
+            json r = version == "pixart" ? run_pixart(qtok, *t5, text, caption_length)
+                                         : run_llm_version(version, qtok, text, images);
             out.update(r);
         } catch (const json::exception& e) {
             out["line"]  = lineno;
