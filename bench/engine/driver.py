@@ -72,7 +72,7 @@ def run_engine(driver: Path, ours: Any, version: str, prompts: list[str], work: 
         dump.mkdir(parents=True, exist_ok=True)
         items.append({"text": text, "dump": str(dump), **(extra[i] if extra else {})})
     env = dict(os.environ)
-    if ours.t5 is not None:                # the demo's tiny T5 vocabulary, as a tokenizer pack (SD_TOKENIZER_PACK)
+    if ours.seeded:                        # the demo's tiny T5 vocabulary, as a tokenizer pack (SD_TOKENIZER_PACK)
         from trainer_core.packs.lookup import resolve_material
         engine_pack(resolve_material(ours.project, "teacher"), work / "t5pack")
         env["SD_TOKENIZER_PACK"] = str(work / "t5pack")

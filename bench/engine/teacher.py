@@ -21,7 +21,7 @@ class _TeacherOnly:
     """What run_engine reads of an Ours, for the teacher as --llm and no adapter."""
 
     def __init__(self, ours: Any, gguf: Path) -> None:
-        self.student_gguf, self.adapter_path, self.t5 = gguf, None, None
+        self.student_gguf, self.adapter_path, self.seeded = gguf, None, False
         self.pack, self.project = ours.pack, ours.project
 
 

@@ -52,19 +52,14 @@ class Ours:
         self.student = load_student(self.student_gguf, resolve_material(self.project, "student_tokenizer"))
         self.adapter_path = self.project.gguf_path()
         self.adapter = read_adapter_gguf(self.adapter_path)
-        self.t5 = None
-        if "--t5-ids" in self.adapter.config.spec.infer_options:
-            from trainer_core.contract.engine_t5 import EngineT5
-            self.t5 = EngineT5.from_folder(resolve_material(self.project, "teacher"))
+        self.seeded = "--t5-ids" in self.adapter.config.spec.infer_options     # the engine seeds it with T5 ids
 
     def predict(self, text: str, version: str) -> dict[str, Any]:
         """The student's rows, the adapter's rows and the ids of `text` as `version`'s conditioner runs them."""
         from trainer_core.infer import run_adapter
         hidden = self.pack.student_states(self.student, text)
-        derived = self.pack.prompt_inputs(self.adapter_path, text, None)
-        t5_ids = None
-        if self.t5 is not None:
-            t5_ids, _ = self.t5.window(text, int(self.adapter.config.num_queries))
+        derived = self.pack.prompt_inputs(self.project, self.adapter_path, text, None)
+        t5_ids = derived.get("--t5-ids")          # a seeded pack: the window from the project's T5 tokenizer
         out = run_adapter(self.adapter, hidden, t5_ids, seed_ids=derived.get("--seed-ids"),
                           bank=version in self.pack.engine.bank_versions, empty_prompt=text == "")
         return {"hidden": hidden, "rows": out, "ids": engine_ids(self.pack, self.student, text),

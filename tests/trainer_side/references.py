@@ -22,6 +22,8 @@ as a llama.cpp mmproj (the names a stock mmproj has).
 """
 from __future__ import annotations
 
+import importlib
+
 from pathlib import Path
 from typing import Any, Callable
 
@@ -222,10 +224,10 @@ class SlotReferences(_QwenTower):
     def predict(self, text: str, ref: Path) -> dict[str, Any]:
         from trainer_core.infer import run_adapter
         ours = self.ours
-        pixels = [slot_reference_reader()(ref)]
+        pixels = [slot_reference_reader(ours.pack)(ref)]
         vis = np.concatenate([self.tower_rows(im) for im in pixels])
         hidden = ours.pack.student_states(ours.student, text)
-        derived = ours.pack.prompt_inputs(ours.adapter_path, text, vis)
+        derived = ours.pack.prompt_inputs(ours.project, ours.adapter_path, text, vis)
         out = run_adapter(ours.adapter, hidden, vis=vis, seed_ids=derived["--seed-ids"], vis_pos=derived["--vis-pos"],
                           bank=self.version in ours.pack.engine.bank_versions, empty_prompt=text == "")
         return {"hidden": hidden, "rows": out, "ids": list(derived["--seed-ids"]), "ids_file": "seed_ids.txt",
@@ -242,7 +244,7 @@ class OwnTowerReferences(References):
 
     def build_tower(self) -> Any:
         import torch
-        parts = own_tower_parts()
+        parts = own_tower_parts(self.ours.pack)
         self.root = parts.write_tiny(self.work / "own-tower", hidden=self.ours.adapter.config.vis_dim,
                                      seed=SEED % 1000, vision={"hidden_size": 64, "intermediate_size": 128,
                                                                "num_heads": 16, "fullatt_block_indexes": []})
@@ -255,18 +257,18 @@ class OwnTowerReferences(References):
 
     def tower_file(self) -> Path:
         path = self.work / "own-vision-f16.gguf"
-        own_tower_parts().export(self.root, path, force=True)
+        own_tower_parts(self.ours.pack).export(self.root, path, force=True)
         return path
 
     def predict(self, text: str, ref: Path) -> dict[str, Any]:
         import torch
         from trainer_core.infer import run_adapter
-        ours, parts = self.ours, own_tower_parts()
+        ours, parts = self.ours, own_tower_parts(self.ours.pack)
         pixels = [parts.read_reference(ref)]
         patches, grid = parts.patchify(pixels[0])
         vis = self.tower.encode(torch.from_numpy(patches).half().float(), [grid]).numpy()
         hidden = ours.pack.student_states(ours.student, text)
-        derived = ours.pack.prompt_inputs(ours.adapter_path, text, vis)
+        derived = ours.pack.prompt_inputs(ours.project, ours.adapter_path, text, vis)
         out = run_adapter(ours.adapter, hidden, vis=vis, seed_ids=derived["--seed-ids"], vis_pos=derived["--vis-pos"],
                           bank=self.version in ours.pack.engine.bank_versions, empty_prompt=text == "")
         ids = list(derived["--seed-ids"])
@@ -289,27 +291,13 @@ def references_for(ours: Any, version: str, images: list[Path], work: Path) -> R
     return refs if refs.refs else f"{version}: no reference whose sides are multiples of 32"
 
 
-# ------------------------------------------------------------ TEMPORARY (issue 51)
-# The one place that reaches into pack folders, for two facts no declaration states yet (proposed in the
-# issue: EngineFacts.reference_reader, "module:function" of the reader a raw-prompt pack's precompute reads a
-# reference with, and EngineFacts.vision_tower, "module" of the pack's own tower: tiny writer, loader, export,
-# reader and patchify). Until then: the raw-prompt mmproj family reads with the Qwen3.5 bridge's reader, and
-# "vision_gguf" is Ming's tower.
-
-def slot_reference_reader() -> Callable[[Path], np.ndarray]:
-    from trainer_core.packs.qwen35_bridge.template import load_reference
-    return load_reference
+# ------------------------------------------------------------ what a pack declares of its references
+def slot_reference_reader(pack: Any) -> Callable[[Path], np.ndarray]:
+    """The reader a raw-prompt pack's precompute reads a reference with (EngineFacts.reference_reader)."""
+    module, _, name = pack.engine.reference_reader.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-class _OwnTowerParts:
-    def __init__(self) -> None:
-        from trainer_core.packs.ming_image.export import export_vision_gguf
-        from trainer_core.packs.ming_image.template import patchify, preprocess_image
-        from trainer_core.packs.ming_image.tiny import write_tiny_ming
-        from trainer_core.packs.ming_image.vision import MingVision
-        self.write_tiny, self.load_tower, self.export = write_tiny_ming, MingVision.load, export_vision_gguf
-        self.read_reference, self.patchify = preprocess_image, patchify
-
-
-def own_tower_parts() -> _OwnTowerParts:
-    return _OwnTowerParts()
+def own_tower_parts(pack: Any) -> Any:
+    """The pack's own tower (EngineFacts.vision_tower): its tiny writer, loader, export, reader and patchify."""
+    return importlib.import_module(pack.engine.vision_tower)

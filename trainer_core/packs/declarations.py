@@ -139,4 +139,8 @@ class EngineFacts:
     references: str = ""                    # the conditioner reads reference images through: "" (none),
                                             # "mmproj" (a Qwen3-VL tower GGUF) or "vision_gguf" (the pack's own)
     reference_area: bool = False            # … rendered at the pack's reference area (Qwen-Image 2.1)
+    reference_reader: str = ""              # "module:function(path) -> [h, w, 3]": how a raw-prompt pack's
+                                            # precompute reads a reference (the Qwen3.5 bridge's resize)
+    vision_tower: str = ""                  # "module" of a pack's own tower ("vision_gguf"): write_tiny,
+                                            # load_tower, export, read_reference, patchify
     edit_tokens: bool = False               # the tokenizer check includes the edit template's ids

@@ -281,7 +281,8 @@ PACK = MingPack(
         good="cos_centered is the mean of the caption bank's (cos_centered_cap) and the direct slots' "
              "(cos_centered_dir) centred cosines; compare runs by it and by rel_mse",
         source="none: \"No reference run exists\" (packs-contract-more.md D.1 §9)"),
-    engine=EngineFacts(versions=("ming_image",), raw_prompt=True, references="vision_gguf"),
+    engine=EngineFacts(versions=("ming_image",), raw_prompt=True, references="vision_gguf",
+                       vision_tower="trainer_core.packs.ming_image.tower"),
     extras=MingExtras(),
     ggk_model_args="--diffusion-model ming-image-0.1-design-nvfp4.gguf --vae pig_ming_image_vae_bf16.gguf",
     ggk_args="--llm {student} --llm-adapter {gguf} --steps 12 --diffusion-fa --offload-to-cpu",

@@ -296,7 +296,8 @@ PACK = BridgePack(
         source="none: packs-contract-more.md D.2 §9 gives only a failure signature (a caption-target run's centred "
                "bank cos 0.59, but 0.47 against other samples' targets: the bank ignored the prompt)"),
     engine=EngineFacts(versions=("moss_image", "flux3"), bank_versions=("flux3",), raw_prompt=True,
-                       references="mmproj"),
+                       references="mmproj",
+                       reference_reader="trainer_core.packs.qwen35_bridge.template:load_reference"),
     reference_forward=moss_reference,
     ggk_model_args="--diffusion-model moss-image-sft-nvfp4.gguf --vae pig_flux2_vae_fp32-f16.gguf",
     ggk_args=("--llm {student} --llm-adapter {gguf} --llm_vision mmproj-qwen3.5-9b-f16.gguf --ref-image sheep.png "
