@@ -153,10 +153,11 @@ class BridgePack(VisionPack):
         return build_shard(prompts, student, teacher, budgets, session, self.max_len_student)
 
     def read_samples(self, project: "ProjectFolder", path: Any) -> list[dict[str, Any]]:
-        """The image-corpus records, with their `klein` flag."""
+        """The image-corpus records, with their bank-target flag (image_corpus.BANK_TARGET)."""
+        from trainer_core.contract.image_corpus import BANK_TARGET, has_bank_target
         samples = super().read_samples(project, path)
         for sample, line in zip(samples, path.read_text(encoding="utf-8").splitlines()):
-            sample["klein"] = bool(json.loads(line).get("klein"))
+            sample[BANK_TARGET] = has_bank_target(json.loads(line))
         return samples
 
     # ------------------------------------------------------------ train / export
