@@ -293,7 +293,7 @@ def bench_train(root: Path, args: argparse.Namespace) -> dict[str, Any]:
                mfu=round(stage_rate / floor, 4), stage_vs_step=round(stage_rate / out["step_steps_per_s"], 3),
                parameters=sum(p.numel() for p in trainer.model.parameters()),
                shapes={"in_dim": SIZES[args.size]["in_dim"], "out_dim": trainer.config.out_dim,
-                       "num_queries": trainer.config.num_queries, "width": t.width, "depth": t.depth,
+                       "num_queries": trainer.config.spec.step_rows(trainer.config), "width": t.width, "depth": t.depth,
                        "batch": t.batch_size, "student_tokens": "40-200"})
     return out
 

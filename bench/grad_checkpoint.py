@@ -44,7 +44,7 @@ def inputs(config: AdapterConfig, batch: int, device: torch.device) -> tuple[tup
         targets = [torch.randn(batch, config.n_bank, config.bank_dim, generator=g).to(device),
                    torch.randn(batch, _SLOTS, config.out_dim, generator=g).to(device)]
         return (h,), kw, targets
-    rows = config.num_queries or _L          # a resampler's queries, else one row per student row
+    rows = config.spec.step_rows(config) or _L          # a resampler's queries, else one row per student row
     return (h,), {}, [torch.randn(batch, rows, config.out_dim, generator=g).to(device)]
 
 

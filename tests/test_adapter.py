@@ -187,8 +187,23 @@ def test_bad_configs_are_refused(bad):
 def test_config_round_trip_and_canonical_form():
     c = AdapterConfig("token_aligned_vision", 1024, 2560, 1024, 4, vis_dim=2560)
     assert AdapterConfig.from_dict(c.to_dict()) == c
-    assert c.mlp_hidden == 4096 and c.num_queries == 0
-    assert AdapterConfig("resampler", 1, 1, 64, 1, num_queries=2, has_skip=True).has_skip is False
+    assert c.mlp_hidden == 4096 and c.vis_dim == 2560 and c.has_skip is True
+    assert AdapterConfig("token_aligned_vision", 8, 8, 64, 1, has_vis_in=True).has_vis_in is False     # no vision
+    layerwise = AdapterConfig("token_aligned_layerwise", 8, 8, 64, 1, taps=[1.0, 2], has_skip=False)
+    assert layerwise.taps == (1, 2) and layerwise.has_skip is True                       # the kind fixes it
+    with pytest.raises(AttributeError, match="no field 'num_queries'.*resampler"):      # strict: not its field
+        c.num_queries
+    assert getattr(c, "num_queries", None) is None
+
+
+def test_a_field_the_kind_does_not_declare_is_refused_by_name():
+    with pytest.raises(ValueError, match="a resampler adapter has no field 'has_skip' .*token_aligned_vision"):
+        AdapterConfig("resampler", 1, 1, 64, 1, num_queries=2, has_skip=True)
+    with pytest.raises(ValueError, match="no field 'petals' \\(no adapter kind declares it\\)"):
+        AdapterConfig("resampler", 1, 1, 64, 1, num_queries=2, petals=3)
+    # another kind's field at its neutral value is what records of the previous version hold: dropped
+    assert AdapterConfig("resampler", 1, 1, 64, 1, num_queries=2, has_skip=False, taps=[]).kind_fields == (
+        ("num_queries", 2),)
 
 
 @pytest.mark.parametrize("config", [AdapterConfig("seeded_resampler", 32, 48, 64, 2, num_queries=6, seed_vocab=50),
@@ -203,8 +218,57 @@ def test_an_adapter_built_without_init_is_the_trained_one_once_loaded_and_init_i
     assert nn.init.normal_ is normal and nn.init.kaiming_uniform_ is kaiming
     bare.load_state_dict(trained.state_dict(), strict=True)
     h, mask = torch.randn(2, 5, 32), torch.ones(2, 5, dtype=torch.bool)
-    extra = {"seed_ids": torch.randint(0, 50, (2, 6))} if config.seed_vocab else {"vis": None}
+    extra = {"seed_ids": torch.randint(0, 50, (2, 6))} if hasattr(config, "seed_vocab") else {"vis": None}
     torch.testing.assert_close(bare.eval()(h, mask, **extra), trained.eval()(h, mask, **extra), rtol=0, atol=0)
     # and the normal build still initializes: two seeds give two different adapters
     torch.manual_seed(4)
     assert not torch.equal(build_adapter(config).in_proj.weight, trained.in_proj.weight)
+
+
+# ---------------------------------------------------------------- records: what every kind writes
+# eval.json's and the checkpoints' "config" as the version before kinds declared their fields wrote it (one
+# union, zeroed where a kind does not use a field); tests/data/demo_hashes.json fingerprints it
+ZEROED = dict(num_queries=0, seed_vocab=0, vis_dim=0, has_vis_in=False, has_skip=False, taps=[], max_slots=0,
+              seed_rank=0, n_bank=0, bank_dim=0, bank_align=False)
+SLOTS = dict(seed_vocab=40, seed_rank=8, vis_dim=16, max_slots=20, n_bank=6, bank_dim=24)
+RECORDS = {  # kind: (its fields as given, the record the previous version wrote)
+    "resampler": (dict(num_queries=8), dict(num_queries=8)),
+    "seeded_resampler": (dict(num_queries=8, seed_vocab=50), dict(num_queries=8, seed_vocab=50)),
+    "token_aligned_vision": (dict(vis_dim=16), dict(vis_dim=16, has_vis_in=True, has_skip=True)),
+    "token_aligned_layerwise": (dict(taps=(1, 2, 3)), dict(taps=[1, 2, 3], has_skip=True)),
+    "qwen35_bridge": (dict(**SLOTS, bank_align=True), dict(**SLOTS, has_vis_in=True, bank_align=True)),
+    "ming_image": (dict(**SLOTS, bank_align=True), dict(**SLOTS, has_vis_in=True)),
+}
+
+
+@pytest.mark.parametrize("kind", list(RECORDS))
+def test_every_kind_writes_the_records_of_the_previous_version_and_reads_them_back(kind):
+    import json
+    given, written = RECORDS[kind]
+    want = {"kind": kind, "in_dim": 32, "out_dim": 48, "width": 64, "depth": 2, "mlp_hidden": 256, **ZEROED, **written}
+    config = AdapterConfig(kind, 32, 48, 64, 2, **given)
+    assert json.loads(json.dumps(config.to_dict())) == want          # the same keys and values in eval.json
+    assert AdapterConfig.from_dict(want) == config == AdapterConfig.from_dict(config.to_dict())
+
+
+def test_a_new_kind_declares_its_own_field_without_touching_the_others(monkeypatch):
+    from trainer_core.contract.kinds import AdapterKind, KindField, register
+    from trainer_core.contract.kinds import base
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))        # gone with the test
+
+    class PetalKind(AdapterKind):
+        name = "petal_test_kind"
+        fields = (KindField("n_petals", 5, 0, "a field no other kind has"),)
+
+    register(PetalKind())
+    c = AdapterConfig("petal_test_kind", 8, 8, 64, 1, n_petals=7)
+    assert c.n_petals == 7 and AdapterConfig("petal_test_kind", 8, 8, 64, 1).n_petals == 5
+    assert c.to_dict()["n_petals"] == 7 and AdapterConfig.from_dict(c.to_dict()) == c
+    plain = AdapterConfig("resampler", 8, 8, 64, 1, num_queries=2)
+    assert plain.to_dict()["n_petals"] == 0 and AdapterConfig.from_dict(plain.to_dict()) == plain
+
+    class ClashKind(AdapterKind):
+        name = "clash_test_kind"
+        fields = (KindField("vis_dim", 0, -1, "the same name with another neutral value"),)
+    with pytest.raises(ValueError, match="'vis_dim' but with neutral values"):
+        register(ClashKind())

@@ -132,4 +132,4 @@ def test_image_slots_of_a_shard_are_the_engines(demo):
         assert sample[start - 1] == 248053 and set(sample[start:start + n]) == {IMAGE_PAD}
         assert sample[start + n] == 248054
         found += 1
-    assert found > 0 and shard["klein"].sum() > 0
+    assert found > 0 and shard["has_bank_target"].sum() > 0

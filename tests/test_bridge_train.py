@@ -21,7 +21,7 @@ def _config(n_bank: int = NB) -> AdapterConfig:
 
 
 def _samples() -> list[dict]:
-    """(student rows, slot ids, slot targets, images [(start, rows)], klein bank rows or None, body)."""
+    """(student rows, slot ids, slot targets, images [(start, rows)], bank rows (a Klein sample's) or None, body)."""
     g = torch.Generator().manual_seed(3)
     out = []
     for n_student, n_slots, images, klein in ((5, 9, [], True), (3, 14, [(4, 4)], False), (7, 20, [(4, 3), (9, 6)],
@@ -36,7 +36,7 @@ def _samples() -> list[dict]:
     return out
 
 
-def _write(path, samples, n_bank=NB) -> None:
+def _write(path, samples, n_bank=NB, flag="has_bank_target", drop=()) -> None:
     bf = lambda t: t.to(torch.bfloat16)  # noqa: E731
     i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
     t = torch.cat([s["t"] for s in samples]).double()
@@ -48,7 +48,7 @@ def _write(path, samples, n_bank=NB) -> None:
                "stat_s": t.sum(0), "stat_s2": (t * t).sum(0), "stat_n": torch.tensor([t.shape[0]]),
                "v_pack": bf(torch.cat([v for _, _, v in blocks])), "vis_sample": i32([b[0] for b in blocks]),
                "vis_start": i32([b[1] for b in blocks]), "vis_len": i32([len(b[2]) for b in blocks]),
-               "klein": torch.tensor([s["bank"] is not None for s in samples], dtype=torch.int8)}
+               flag: torch.tensor([s["bank"] is not None for s in samples], dtype=torch.int8)}
     if n_bank:
         banks = [s["bank"] for s in samples if s["bank"] is not None]
         tensors.update({"b_pack": bf(torch.cat(banks)),
@@ -57,6 +57,8 @@ def _write(path, samples, n_bank=NB) -> None:
                         "bank_body": i32([0 if s["bank"] is None else s["body"] for s in samples]),
                         "bank_slots": i32([n_bank]), "bstat_s": torch.zeros(BANK, dtype=torch.float64),
                         "bstat_s2": torch.ones(BANK, dtype=torch.float64), "bstat_n": torch.tensor([1])})
+    for key in drop:
+        del tensors[key]
     write_shard(path, tensors, {"pack": "qwen35_bridge", "kind": "qwen35_bridge"}, ["p"] * len(samples))
 
 
@@ -64,14 +66,15 @@ def _bf(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.bfloat16).float()
 
 
-def test_reader_expands_the_bank_and_places_vision(tmp_path):
+@pytest.mark.parametrize("flag", ["has_bank_target", "klein"])       # "klein": a shard of an earlier version
+def test_reader_expands_the_bank_and_places_vision(tmp_path, flag):
     samples = _samples()
-    _write(tmp_path / "val-00000.safetensors", samples)
+    _write(tmp_path / "val-00000.safetensors", samples, flag=flag)
     batch = ShardRows(tmp_path / "val-00000.safetensors").collate([0, 1, 2, 3])
     b = batch.bridge
     assert batch.seed_ids.shape == (4, 20) and batch.tmask.sum(1).tolist() == [9, 14, 20, 6]
     assert torch.equal(batch.seed_ids[2, :20], samples[2]["ids"])
-    assert torch.equal(b.klein, torch.tensor([True, False, True, True]))
+    assert torch.equal(b.has_bank_target, torch.tensor([True, False, True, True])) and b.n_bank_targets == 3
     # vision: under its slots and as keys, in image order
     assert torch.equal(b.vis_slot[2, 9:15], _bf(samples[2]["vis"][1][1]))
     assert torch.equal(b.vis_kv[2, :9], _bf(torch.cat([v for _, v in samples[2]["vis"]])))
@@ -88,7 +91,20 @@ def test_reader_expands_the_bank_and_places_vision(tmp_path):
         assert not b.bank_hidden[k, :3].any() and not b.bank_hidden[k, 3 + body:].any()
     # a micro-batch slice keeps the Klein rows that belong to it
     part = b[slice(1, 3)]
-    assert part.klein.tolist() == [False, True] and torch.equal(part.bank_target, b.bank_target[1:2])
+    assert part.has_bank_target.tolist() == [False, True] and torch.equal(part.bank_target, b.bank_target[1:2])
+
+
+def test_a_bank_shard_without_its_bank_rows_is_refused_by_name(tmp_path):
+    import re
+
+    from trainer_core.base.errors import ModelFileError
+    path = tmp_path / "p" / "shards" / "val" / "val-00000.safetensors"
+    path.parent.mkdir(parents=True)
+    _write(path, _samples(), drop=("b_pack",))
+    with pytest.raises(ModelFileError, match=re.escape(
+            f"The shard {path} has no `b_pack` tensor, which a Qwen3.5 bridge adapter reads from its shards; run "
+            f"`gguf-trainer run --project {tmp_path / 'p'} --only precompute_val` to compute it again.")):
+        ShardRows(path)
 
 
 def test_bank_length_is_the_engines():

@@ -10,7 +10,7 @@ from trainer_core.contract.shards import Shard, write_shard
 from trainer_core.contract.stream import ShardStream, StreamPosition, val_batches
 
 
-def _shard(path, lens, t_lens, in_dim=6, out_dim=5, seeded=False, seed=0):
+def _shard(path, lens, t_lens, in_dim=6, out_dim=5, seeded=False, seed=0, drop=()):
     g = torch.Generator().manual_seed(seed)
     lens = torch.tensor(lens, dtype=torch.int32)
     t_lens = torch.tensor(t_lens, dtype=torch.int32)
@@ -28,6 +28,8 @@ def _shard(path, lens, t_lens, in_dim=6, out_dim=5, seeded=False, seed=0):
         tensors["seed_ids"] = torch.randint(0, 50, (len(lens), 4), generator=g, dtype=torch.int32)
         tensors["seed_len"] = t_lens.clone()
     kind = "seeded_resampler" if seeded else "resampler"
+    for key in drop:
+        del tensors[key]
     write_shard(path, tensors, {"samples": len(lens), "kind": kind}, [f"p{i}" for i in range(len(lens))])
     return path
 
@@ -74,6 +76,21 @@ def test_seeded_batches_pad_targets_to_the_window_and_carry_seed_ids(tmp_path):
     assert torch.equal(batch.mask, mask) and torch.equal(batch.tmask, tmask)
     assert torch.equal(batch.seed_ids, Shard(path)["seed_ids"][:2].long())
     assert batch.seed_len.tolist() == [3, 1]
+
+
+@pytest.mark.parametrize("seeded, key", [(True, "seed_ids"), (False, "t_len")])
+def test_a_shard_without_a_tensor_its_kind_reads_is_refused_naming_it_and_the_command(tmp_path, seeded, key):
+    import re
+
+    from trainer_core.base.errors import ModelFileError
+    path = tmp_path / "p" / "shards" / "train" / "train-00000.safetensors"
+    path.parent.mkdir(parents=True)
+    _shard(path, [4, 2], [3, 1], seeded=seeded, drop=(key,))
+    title = "seeded resampler" if seeded else "resampler"
+    with pytest.raises(ModelFileError, match=re.escape(
+            f"The shard {path} has no `{key}` tensor, which a {title} adapter reads from its shards; run "
+            f"`gguf-trainer run --project {tmp_path / 'p'} --only precompute_train` to compute it again.")):
+        next(val_batches([path], 2))
 
 
 def test_the_stream_visits_every_row_once_per_epoch_and_resumes_in_place(tmp_path):
@@ -152,3 +169,16 @@ def test_validation_reads_one_shard_at_a_time_never_the_whole_set(tmp_path, monk
     assert opened == files[:1]
     next(batches)
     assert opened == files[:2]
+
+
+def test_docs_shards_lists_the_tensors_every_kind_reads():
+    from pathlib import Path
+
+    from trainer_core.contract.kinds import registered
+    text = (Path(__file__).resolve().parent.parent / "docs" / "SHARDS.md").read_text(encoding="utf-8")
+    rows = [line.split("|") for line in text.splitlines() if line.startswith("| `")]
+    for kind in registered().values():
+        row = next((r for r in rows if f"`{kind.name}`" in r[1]), None)
+        assert row is not None, f"docs/SHARDS.md has no row for the {kind.name} kind's shard tensors"
+        assert all(f"`{key}`" in row[2] for key in kind.shard_keys) and all(
+            f"`{key}`" in row[3] for key in kind.optional_shard_keys), kind.name

@@ -172,12 +172,13 @@ def cmd_infer(args: argparse.Namespace) -> int:
             raise UsageError(f"the student's hidden size is {student.hidden_size} but the adapter reads "
                              f"{c.in_dim}-wide states; pass the student it was trained against.")
         hidden = pack.student_states(student, args.prompt)          # as the engine assembles and runs it
-    if args.vis and not c.vis_dim:
+    vis_width = c.spec.vision_width(c)
+    if args.vis and not vis_width:
         raise UsageError(f"--vis is only for adapters with a vision input; this one is a {c.kind}.")
     t5_ids = read_ids(args.t5_ids) if args.t5_ids else None
     seed_ids = read_ids(args.seed_ids, "--seed-ids") if args.seed_ids else None
     vis_pos = parse_vis_pos(args.vis_pos) if args.vis_pos else None
-    vis = read_rows(args.vis, c.vis_dim, "--vis") if args.vis else None
+    vis = read_rows(args.vis, vis_width, "--vis") if args.vis else None
     if args.prompt is not None:      # what the engine derives from the prompt besides the student's rows
         derived = get_pack(args.pack).prompt_inputs(project, Path(args.adapter), args.prompt, vis)
         seed_ids = seed_ids if seed_ids is not None else derived.get("--seed-ids")

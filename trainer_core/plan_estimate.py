@@ -248,7 +248,7 @@ def rough_stages(project: Project, hw: dict[str, Any], config: Any, samples: tup
     # the rows a sample has: the shard's, a student and a teacher row each (a query kind computes its queries)
     dims = {"out_dim": config.out_dim, "in_dim": config.in_dim} if config is not None else {}
     rows = per_sample / (2 * (dims["in_dim"] + dims["out_dim"])) if dims and per_sample else 90.0
-    queries = float(getattr(config, "num_queries", 0) or 0)
+    queries = float(config.spec.step_rows(config)) if config is not None else 0.0
     teacher = 0.0 if p.mock_teacher else _teacher_flops(project, queries or rows)
     student_flops = 2 * max(0.0, student - _embedding(resolve_material(project, "student_tokenizer"))) * rows
     sample_s = _SAMPLE_FLOOR_S + (teacher + student_flops) / (pass_rate * _PASS_MFU)

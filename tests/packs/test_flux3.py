@@ -14,8 +14,7 @@ from tokenizers import Tokenizer
 
 from numpy_adapters import gguf_tensors, token_aligned_forward as layerwise_forward
 from trainer_core.base.errors import ModelFileError
-from trainer_core.contract.adapter import Layerwise
-from trainer_core.contract.kinds import AdapterConfig
+from trainer_core.contract.kinds import AdapterConfig, build_adapter
 from trainer_core.contract.gguf_io import (LayoutProblem, Provenance, detect_layout, read_adapter_gguf,
                                            write_adapter_gguf)
 from trainer_core.contract.objective import batch_loss
@@ -440,7 +439,7 @@ CONFIG = AdapterConfig("token_aligned_layerwise", in_dim=IN_DIM, out_dim=8 * LAY
 def exported(tmp_path_factory):
     """A random layerwise adapter (out_proj non-zero, non-trivial norms) written with μ/σ folded in."""
     torch.manual_seed(21)
-    model = Layerwise(CONFIG)
+    model = build_adapter(CONFIG)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if ".ln_" in name or name.startswith("ln_"):
@@ -490,7 +489,7 @@ def test_the_layerwise_gguf_has_the_engines_layout(exported):
     assert "adapter.num_queries" not in fields
 
     back = read_adapter_gguf(path)
-    assert back.config == CONFIG and back.config.taps == TAPS and back.config.layer_dim == LAYER_DIM
+    assert back.config == CONFIG and back.config.taps == TAPS and back.config.spec.layer_dim(back.config) == LAYER_DIM
     assert not back.problems
     assert back.kvs["adapter.out_layers"] == list(TAPS)
     assert back.kvs["adapter.teacher_tap"] == "layers 4,8,12,16,20,24,28,32 (hidden_states[k], stacked ascending)"

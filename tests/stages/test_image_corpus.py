@@ -476,6 +476,29 @@ def test_layer_prompts_replace_single_image_samples_and_leave_the_rest_alone():
     assert none.notes == []
 
 
+def test_bank_targets_are_drawn_written_and_read_under_their_name_and_the_old_one(tmp_path):
+    """The Qwen3.5 bridge's corpus_draws flag n_klein / n_val_klein samples with a bank target; the corpus
+    line says `"has_bank_target": true`, and a line of an earlier version (`"klein": true`) reads the same."""
+    import functools
+    from types import SimpleNamespace
+
+    from trainer_core.base.config import CorpusSettings
+    from trainer_core.contract.image_corpus import _jsonl
+    from trainer_core.packs.qwen35_bridge import PACK as BRIDGE
+    entries = [ImageEntry("s", f"{i}.png", (f"a dog number {i}",)) for i in range(40)]
+    c = CorpusSettings(n_image=20, n_two=4, n_text=6, n_val_image=6, n_val_text=3, seed=3,
+                       pack_values={"n_klein": 5, "n_val_klein": 2})
+    plan = plan_corpus(entries, [f"text {i}" for i in range(30)], c, draws=functools.partial(BRIDGE.corpus_draws, c))
+    assert (plan.counts["bank_targets"], plan.counts["val_bank_targets"]) == (5, 2)
+    lines = _jsonl(plan.train, {i: f"images/{i}.png" for i in range(40)}).splitlines()
+    assert sum(json.loads(line).get("has_bank_target", False) for line in lines) == 5
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"text": "a", "images": [], "klein": true}\n{"text": "b", "images": [], "has_bank_target": '
+                    'true}\n{"text": "c", "images": []}\n', encoding="utf-8")
+    samples = BRIDGE.read_samples(SimpleNamespace(data_dir=tmp_path), path)
+    assert [s["has_bank_target"] for s in samples] == [True, True, False]
+
+
 # ---------------------------------------------------------------- skipping and errors
 
 def test_existing_files_skip_the_stage(tmp_path):

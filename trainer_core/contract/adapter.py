@@ -1,5 +1,6 @@
 """The adapter networks, exactly as the ggk engine runs them (engine-contract §0.1–§4): pure torch
-modules with no knowledge of which kind uses them (contract/kinds/ builds them from a config):
+modules with no knowledge of which kind uses them: each takes its sizes and options as arguments, and
+the kind that uses it (contract/kinds/) builds it from its config's fields:
 
     Resampler     learned queries cross-attend to the student states (seeded: each query plus the
                   embedding of its slot's id)
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer_core.contract.kinds.base import HEAD_DIM, AdapterConfig
+from trainer_core.contract.kinds.base import HEAD_DIM
 
 __all__ = [
     "HEAD_DIM", "LN_EPS", "Attention", "ResamplerBlock", "TokenBlock", "Resampler", "TokenAligned", "Layerwise",
@@ -103,25 +104,26 @@ def run_block(model: nn.Module, block: nn.Module, *args: Any) -> torch.Tensor:
 
 
 class Resampler(nn.Module):
-    """Learned queries (optionally seeded with T5 ids) read the student states: [B, NQ, out]."""
+    """Learned queries (seeded with T5 ids when `seed_vocab` > 0) read the student states: [B, NQ, out]."""
 
-    def __init__(self, config: AdapterConfig):
+    def __init__(self, in_dim: int, out_dim: int, width: int, depth: int, mlp_hidden: int, num_queries: int,
+                 seed_vocab: int = 0):
         super().__init__()
-        c = self.config = config
-        self.query = nn.Parameter(torch.randn(c.num_queries, c.width) * 0.02)   # [NQ, W]
-        if c.seed_vocab:                                                        # seeded: t5_embed[id] per query
-            self.t5_embed = nn.Embedding(c.seed_vocab, c.width)
+        self.seed_vocab = seed_vocab
+        self.query = nn.Parameter(torch.randn(num_queries, width) * 0.02)      # [NQ, W]
+        if seed_vocab:                                                          # seeded: t5_embed[id] per query
+            self.t5_embed = nn.Embedding(seed_vocab, width)
             nn.init.normal_(self.t5_embed.weight, std=0.02)
-        self.in_proj = nn.Linear(c.in_dim, c.width)
-        self.blocks = nn.ModuleList(ResamplerBlock(c.width, c.mlp) for _ in range(c.depth))
-        self.ln_out = nn.LayerNorm(c.width, eps=LN_EPS)
-        self.out_proj = nn.Linear(c.width, c.out_dim)
+        self.in_proj = nn.Linear(in_dim, width)
+        self.blocks = nn.ModuleList(ResamplerBlock(width, mlp_hidden) for _ in range(depth))
+        self.ln_out = nn.LayerNorm(width, eps=LN_EPS)
+        self.out_proj = nn.Linear(width, out_dim)
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None,
                 seed_ids: torch.Tensor | None = None) -> torch.Tensor:
         kv = self.in_proj(h)                                          # [B, L, W]
         q = self.query.unsqueeze(0).expand(h.shape[0], -1, -1)        # [B, NQ, W]
-        if self.config.seed_vocab:
+        if self.seed_vocab:
             if seed_ids is None:
                 raise ValueError("a seeded resampler needs seed_ids [B, num_queries]")
             q = q + self.t5_embed(seed_ids)                           # query_i + t5_embed[id_i]
@@ -131,25 +133,26 @@ class Resampler(nn.Module):
 
 
 class TokenAligned(nn.Module):
-    """Position i of the student → position i of the teacher, plus the vision bridge: [B, L, out]."""
+    """Position i of the student → position i of the teacher, plus the vision bridge: [B, L, out].
+    `vis_dim` 0: no vision; `vis_in` / `skip`: whether those parts exist (the engine allows them off)."""
 
-    def __init__(self, config: AdapterConfig):
+    def __init__(self, in_dim: int, out_dim: int, width: int, depth: int, mlp_hidden: int, *, vis_dim: int = 0,
+                 vis_in: bool = True, skip: bool = True):
         super().__init__()
-        c = self.config = config
-        if c.vis_dim:
+        if vis_dim:
             # applied by the engine to every mmproj embed before the student; fitted, never trained
-            self.vision_proj = nn.Linear(c.vis_dim, c.in_dim, bias=False)
+            self.vision_proj = nn.Linear(vis_dim, in_dim, bias=False)
             self.vision_proj.weight.requires_grad_(False)
-        self.in_proj = nn.Linear(c.in_dim, c.width)
-        if c.vis_dim and c.has_vis_in:
-            self.vis_in = nn.Linear(c.vis_dim, c.width, bias=False)
-        self.blocks = nn.ModuleList(TokenBlock(c.width, c.mlp) for _ in range(c.depth))
-        self.ln_out = nn.LayerNorm(c.width, eps=LN_EPS)
-        self.out_proj = nn.Linear(c.width, c.out_dim)
+        self.in_proj = nn.Linear(in_dim, width)
+        if vis_dim and vis_in:
+            self.vis_in = nn.Linear(vis_dim, width, bias=False)
+        self.blocks = nn.ModuleList(TokenBlock(width, mlp_hidden) for _ in range(depth))
+        self.ln_out = nn.LayerNorm(width, eps=LN_EPS)
+        self.out_proj = nn.Linear(width, out_dim)
         nn.init.zeros_(self.out_proj.weight)   # at step 0 the output is exactly skip(h)
         nn.init.zeros_(self.out_proj.bias)
-        if c.has_skip:
-            self.skip = nn.Linear(c.in_dim, c.out_dim)
+        if skip:
+            self.skip = nn.Linear(in_dim, out_dim)
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None,
                 vis: torch.Tensor | None = None, rows_only: bool | None = None) -> torch.Tensor:
@@ -195,17 +198,16 @@ class Layerwise(nn.Module):
     row the engine hands over (real rows and pads). `layer_map` holds the tap numbers as float32:
     the engine never reads the values, only the count (and the tensor's presence)."""
 
-    def __init__(self, config: AdapterConfig):
+    def __init__(self, in_dim: int, out_dim: int, width: int, depth: int, mlp_hidden: int, taps: tuple[int, ...]):
         super().__init__()
-        c = self.config = config
-        self.register_buffer("layer_map", torch.tensor(c.taps, dtype=torch.float32))   # first in the state_dict
-        self.in_proj = nn.Linear(c.in_dim, c.width)
-        self.blocks = nn.ModuleList(TokenBlock(c.width, c.mlp) for _ in range(c.depth))
-        self.ln_out = nn.LayerNorm(c.width, eps=LN_EPS)
-        self.out_proj = nn.Linear(c.width, c.out_dim)
+        self.register_buffer("layer_map", torch.tensor(taps, dtype=torch.float32))     # first in the state_dict
+        self.in_proj = nn.Linear(in_dim, width)
+        self.blocks = nn.ModuleList(TokenBlock(width, mlp_hidden) for _ in range(depth))
+        self.ln_out = nn.LayerNorm(width, eps=LN_EPS)
+        self.out_proj = nn.Linear(width, out_dim)
         nn.init.zeros_(self.out_proj.weight)   # at step 0 the output is exactly skip(h)
         nn.init.zeros_(self.out_proj.bias)
-        self.skip = nn.Linear(c.in_dim, c.out_dim)
+        self.skip = nn.Linear(in_dim, out_dim)
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.in_proj(h)                                           # [B, L, W]
@@ -227,28 +229,34 @@ class Bridge(nn.Module):
 
     Ming-Image's adapter (its own kind) is the same trunk with the caption bank: `cap_query` (its
     256 rows) and `out_cap` (→ cap_dim) in place of bank_query and out_bank, never prompt-aligned; the
-    slots are one per Ling prompt token and out_proj gives the DiT's direct rows."""
+    slots are one per Ling prompt token and out_proj gives the DiT's direct rows.
 
-    def __init__(self, config: AdapterConfig, bank_names: tuple[str, str]):
+    Sizes: `max_slots` slot queries, a seed table of `seed_vocab` × `seed_rank`, `vis_dim`-wide raw vision
+    rows, a bank of `n_bank` rows (0: none) with a `bank_dim`-wide head, prompt-aligned with `bank_align`;
+    `bank_names` are the bank's query tensor and head (by kind)."""
+
+    def __init__(self, in_dim: int, out_dim: int, width: int, depth: int, mlp_hidden: int, *, max_slots: int,
+                 seed_vocab: int, seed_rank: int, vis_dim: int, n_bank: int = 0, bank_dim: int = 0,
+                 bank_align: bool = False, bank_names: tuple[str, str] = ("bank_query", "out_bank")):
         super().__init__()
-        c = self.config = config
+        self.max_slots, self.n_bank = max_slots, n_bank
         self._bank_query, self._bank_head = bank_names      # (its query tensor, its head), by kind
-        if c.n_bank:
-            setattr(self, self._bank_query, nn.Parameter(torch.randn(c.n_bank, c.width) * 0.02))
-        self.slot_query = nn.Parameter(torch.randn(c.max_slots, c.width) * 0.02)
-        if c.n_bank and c.bank_align:
-            self.bank_in = nn.Linear(c.in_dim, c.width, bias=False)
-        self.seed_embed = nn.Embedding(c.seed_vocab, c.seed_rank)
+        if n_bank:
+            setattr(self, self._bank_query, nn.Parameter(torch.randn(n_bank, width) * 0.02))
+        self.slot_query = nn.Parameter(torch.randn(max_slots, width) * 0.02)
+        if n_bank and bank_align:
+            self.bank_in = nn.Linear(in_dim, width, bias=False)
+        self.seed_embed = nn.Embedding(seed_vocab, seed_rank)
         self.seed_embed.weight.requires_grad_(False)
-        self.seed_proj = nn.Linear(c.seed_rank, c.width, bias=False)
-        self.vis_q = nn.Linear(c.vis_dim, c.width, bias=False)
-        self.in_proj = nn.Linear(c.in_dim, c.width)
-        self.vis_in = nn.Linear(c.vis_dim, c.width, bias=False)
-        self.blocks = nn.ModuleList(ResamplerBlock(c.width, c.mlp) for _ in range(c.depth))
-        self.ln_out = nn.LayerNorm(c.width, eps=LN_EPS)
-        if c.n_bank:
-            setattr(self, self._bank_head, nn.Linear(c.width, c.bank_dim))
-        self.out_proj = nn.Linear(c.width, c.out_dim)
+        self.seed_proj = nn.Linear(seed_rank, width, bias=False)
+        self.vis_q = nn.Linear(vis_dim, width, bias=False)
+        self.in_proj = nn.Linear(in_dim, width)
+        self.vis_in = nn.Linear(vis_dim, width, bias=False)
+        self.blocks = nn.ModuleList(ResamplerBlock(width, mlp_hidden) for _ in range(depth))
+        self.ln_out = nn.LayerNorm(width, eps=LN_EPS)
+        if n_bank:
+            setattr(self, self._bank_head, nn.Linear(width, bank_dim))
+        self.out_proj = nn.Linear(width, out_dim)
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None, *, seed_ids: torch.Tensor,
                 slot_mask: torch.Tensor | None = None, vis_slot: torch.Tensor | None = None,
@@ -256,10 +264,10 @@ class Bridge(nn.Module):
                 bank_hidden: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
         """h [B, L, in] (mask [B, L]); seed_ids [B, P] (slot_mask [B, P]); vis_slot [B, P, vis];
         vis_kv [B, V, vis] (vis_keep [B, V]); bank_hidden [B, n_bank, in]."""
-        c = self.config
         B, P = seed_ids.shape
-        if P > c.max_slots:
-            raise ValueError(f"{P} template tokens exceed the adapter's {c.max_slots} slots")
+        n_bank = self.n_bank
+        if P > self.max_slots:
+            raise ValueError(f"{P} template tokens exceed the adapter's {self.max_slots} slots")
         kv, kv_mask = self.in_proj(h), mask
         if vis_kv is not None and vis_kv.shape[1]:
             kv = torch.cat([kv, self.vis_in(vis_kv)], 1)
@@ -272,7 +280,7 @@ class Bridge(nn.Module):
         if vis_slot is not None:
             q = q + self.vis_q(vis_slot)
         self_mask = slot_mask
-        if c.n_bank:
+        if n_bank:
             bank = getattr(self, self._bank_query).unsqueeze(0).expand(B, -1, -1)
             if bank_hidden is not None:
                 if not hasattr(self, "bank_in"):
@@ -280,13 +288,13 @@ class Bridge(nn.Module):
                 bank = bank + self.bank_in(bank_hidden)
             q = torch.cat([bank, q], 1)
             if slot_mask is not None:
-                self_mask = torch.cat([torch.ones(B, c.n_bank, dtype=torch.bool, device=slot_mask.device),
+                self_mask = torch.cat([torch.ones(B, n_bank, dtype=torch.bool, device=slot_mask.device),
                                        slot_mask], 1)
         for block in self.blocks:
             q = run_block(self, block, q, kv, kv_mask, self_mask)
         q = self.ln_out(q)
-        bank_out = getattr(self, self._bank_head)(q[:, :c.n_bank]) if c.n_bank else None
-        return bank_out, self.out_proj(q[:, c.n_bank:])
+        bank_out = getattr(self, self._bank_head)(q[:, :n_bank]) if n_bank else None
+        return bank_out, self.out_proj(q[:, n_bank:])
 
 
 _INITS = ("normal_", "uniform_", "kaiming_uniform_", "zeros_", "ones_", "constant_")

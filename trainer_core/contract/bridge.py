@@ -3,16 +3,17 @@ contract/kinds/: the Qwen3.5 bridge and Ming's).
 
 A sample is a raw prompt (the student's rows), the Qwen3.5 ids of its MOSS template (one slot
 each, with the teacher's last hidden state as the target), the raw vision embeds of its references
-(under their `<|image_pad|>` slots and as extra keys), and — for samples flagged `klein` — the
-FLUX.3 Klein bank target: n_real rows of the Klein template (3 prefix + body + 5 suffix) and ONE
-stored pad row, which the reader repeats up to n80 = min(n_bank, ceil80(n_real)) rows (the rows
-the engine hands the DiT; each counts fully).
+(under their `<|image_pad|>` slots and as extra keys), and — for the samples that have a bank target
+(`has_bank_target`) — the FLUX.3 Klein bank target: n_real rows of the Klein template (3 prefix + body
++ 5 suffix) and ONE stored pad row, which the reader repeats up to n80 = min(n_bank, ceil80(n_real))
+rows (the rows the engine hands the DiT; each counts fully).
 
 Shard keys (docs/SHARDS.md): the common ids/len/q_pack, then slot_ids int32 [ΣP], t_len = P per
 sample, t_pack [ΣP, out] (the slot targets), stat_* over every slot; v_pack [Tv, vis] with
-vis_sample/vis_start/vis_len per image; klein int8 [S]; with the Klein head: b_pack [Σ stored bank
+vis_sample/vis_start/vis_len per image; has_bank_target int8 [S] (`klein` in shards of an earlier
+version); with the Klein head: b_pack [Σ stored bank
 rows, bank_dim], bank_rows/bank_real/bank_body int32 [S], bank_slots int32 [1], bstat_* (real rows
-plus the pad row weighted n80 − n_real). The reader is stream.collate_bridge.
+plus the pad row weighted n80 − n_real). The reader is the kind's `rows` / `collate`.
 
 The engine runs the slot (MOSS) head with the bank rows = bank_query alone, and feeds the student's
 rows into the bank only on FLUX.3 (bank_in). So a step runs every sample without bank_hidden (slot
@@ -20,7 +21,7 @@ loss) and, in the same forward, a copy of each Klein sample with it (bank loss):
 trained exactly as the engine runs it (packs-contract-more Part F §5).
 
 Ming-Image's kind uses the same parts with its caption bank: every sample has a bank
-target (its 256 caption rows, b_pack, bank_rows = bank_real = n_cap, no `klein` key), there is no
+target (its 256 caption rows, b_pack, bank_rows = bank_real = n_cap, no `has_bank_target` key), there is no
 bank_hidden (the engine never feeds student rows into the caption bank), and the bank rows scored are
 the plain bank rows of every sample. Its slots are one per Ling prompt token (the direct rows).
 Each kind names its two heads (the Qwen3.5 bridge "moss" / "klein", Ming "dir" / "cap").
@@ -50,12 +51,12 @@ def bank_length(n_real: int, n_bank: int) -> int:
 
 @dataclass
 class BridgeParts:
-    """What a bridge batch adds to Batch; the bank fields cover only the Klein samples (K of B)."""
+    """What a bridge batch adds to Batch; the bank fields cover only the samples with a bank target (K of B)."""
 
     vis_slot: Tensor                 # [B, P, vis] raw vision embed under each image slot, zeros elsewhere
     vis_kv: Tensor                   # [B, V, vis] every raw vision embed of the sample, in image order
     vis_keep: Tensor                 # [B, V] bool
-    klein: Tensor                    # [B] bool: the sample has a bank target (Klein; every Ming sample)
+    has_bank_target: Tensor          # [B] bool: the sample has a bank target (a Klein sample; every Ming sample)
     bank_hidden: Tensor | None = None   # [K, n_bank, in] row 3 + i = the student's row i (i < body); Ming: None
     bank_target: Tensor | None = None   # [K, n_bank, bank_dim]
     bank_mask: Tensor | None = None     # [K, n_bank] bool: the n80 rows the DiT receives
@@ -71,15 +72,16 @@ class BridgeParts:
     def __getitem__(self, rows: slice) -> "BridgeParts":
         """Samples rows.start … rows.stop − 1 (a micro-batch or a rank's share)."""
         start = rows.start or 0
-        first = int(self.klein[:start].sum())
-        last = first + int(self.klein[rows].sum())
+        first = int(self.has_bank_target[:start].sum())
+        last = first + int(self.has_bank_target[rows].sum())
         cut = lambda t: None if t is None else t[first:last]  # noqa: E731
-        return BridgeParts(self.vis_slot[rows], self.vis_kv[rows], self.vis_keep[rows], self.klein[rows],
+        return BridgeParts(self.vis_slot[rows], self.vis_kv[rows], self.vis_keep[rows], self.has_bank_target[rows],
                            cut(self.bank_hidden), cut(self.bank_target), cut(self.bank_mask))
 
     @property
-    def n_klein(self) -> int:
-        return int(self.klein.sum())
+    def n_bank_targets(self) -> int:
+        """The samples with a bank target (K)."""
+        return int(self.has_bank_target.sum())
 
 
 def bridge_forward(model: torch.nn.Module, batch: Any) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -92,10 +94,10 @@ def bridge_forward(model: torch.nn.Module, batch: Any) -> tuple[Tensor, Tensor, 
     h, mask, seed, tmask = batch.h, batch.mask, batch.seed_ids, batch.tmask
     vis_slot, vis_kv, vis_keep = parts.vis_slot, parts.vis_kv, parts.vis_keep
     B = batch.size
-    aligned = parts.bank_hidden is not None and parts.n_klein > 0
+    aligned = parts.bank_hidden is not None and parts.n_bank_targets > 0
     bank_hidden = None
     if aligned:
-        k = parts.klein
+        k = parts.has_bank_target
         cat = lambda a, b: torch.cat([a, b[k]], 0)  # noqa: E731
         h, mask, seed, tmask = cat(h, h), cat(mask, mask), cat(seed, seed), cat(tmask, tmask)
         vis_slot, vis_kv, vis_keep = cat(vis_slot, vis_slot), cat(vis_kv, vis_kv), cat(vis_keep, vis_keep)
@@ -109,7 +111,7 @@ def bridge_forward(model: torch.nn.Module, batch: Any) -> tuple[Tensor, Tensor, 
         return slots[:B], bank[:B], bank[B:]
     # no student rows in the bank: the scored rows are the plain ones of the samples with a target (Ming: all)
     target = parts.bank_target
-    scored = None if target is None else bank[:B] if target.shape[0] == B else bank[:B][parts.klein]
+    scored = None if target is None else bank[:B] if target.shape[0] == B else bank[:B][parts.has_bank_target]
     return slots[:B], bank[:B], scored
 
 

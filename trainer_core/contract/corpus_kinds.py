@@ -58,8 +58,9 @@ class CorpusKind:
 
 
 def _image_records(project: "ProjectFolder", path: Path) -> list[dict[str, Any]]:
-    """{"text", "images": [paths], "rel": [as written], "bank_target": bool} per line of an image corpus .jsonl
-    (image paths are relative to data/; a record written before the flag was renamed says "klein")."""
+    """{"text", "images": [paths], "rel": [as written], BANK_TARGET: bool} per line of an image corpus .jsonl
+    (image paths are relative to data/; image_corpus.has_bank_target reads the flag under its old name too)."""
+    from trainer_core.contract.image_corpus import BANK_TARGET, has_bank_target
     samples = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         try:
@@ -70,9 +71,8 @@ def _image_records(project: "ProjectFolder", path: Path) -> list[dict[str, Any]]
         except (ValueError, KeyError, TypeError) as e:
             raise TrainerError(f"{path} line {number} is not an image-corpus record ({e}); "
                                "reset the corpus and run it again.") from None
-        target = bool(record.get("bank_target", record.get("klein")))
         samples.append({"text": text, "images": [project.data_dir / r for r in rel], "rel": rel,
-                        "bank_target": target})
+                        BANK_TARGET: has_bank_target(record)})
     return samples
 
 

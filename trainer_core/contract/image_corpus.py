@@ -2,7 +2,9 @@
 
 Each line is `{"text": instruction, "images": ["images/<name>", ...]}`: a single image with a
 synthesized edit instruction, two images with a two-image instruction, or text only
-(`"images": []`). The images come from the presets of `corpus.image_presets` (downloaded
+(`"images": []`); a sample a pack gave a bank target (the Qwen3.5 bridge's FLUX.3 Klein samples)
+adds `"has_bank_target": true` (`"klein": true` in corpora of an earlier version, read the same). The
+images come from the presets of `corpus.image_presets` (downloaded
 materials) and the folders of `corpus.image_folders`; the text-only share comes from the
 prompt sources of the text corpus.
 
@@ -43,8 +45,17 @@ __all__ = [
     "ADD_THINGS", "STYLES", "BACKGROUNDS", "COLORS", "TWO_IMAGE_PATTERNS", "DETERMINERS", "ADJECTIVES",
     "clean", "subject_from_caption", "caption_categories", "make_instruction", "two_image_instruction",
     "ImageEntry", "Sample", "CorpusPlan", "text_pool", "plan_corpus", "image_decodes", "image_names",
-    "build_image_corpus",
+    "build_image_corpus", "BANK_TARGET", "has_bank_target",
 ]
+
+# a corpus line's flag: the sample also has a bank target; its name in corpora of an earlier version
+BANK_TARGET, _OLD_BANK_TARGET = "has_bank_target", "klein"
+
+
+def has_bank_target(record: Mapping[str, Any]) -> bool:
+    """Whether a corpus line (its JSON object) flags a bank target, under this version's key or the old one."""
+    return bool(record.get(BANK_TARGET, record.get(_OLD_BANK_TARGET)))
+
 
 ADD_THINGS = (
     "sunglasses", "a red hat", "a rainbow", "falling snow", "a small bird", "colorful balloons", "a neon sign",
@@ -148,7 +159,7 @@ class ImageEntry:
 class Sample:
     text: str
     images: tuple[int, ...]       # indices into the entries; () for a text-only sample
-    klein: bool = False           # also a FLUX.3 Klein target (the Qwen3.5 bridge's bank)
+    has_bank_target: bool = False     # also a bank target (the Qwen3.5 bridge's FLUX.3 Klein bank)
 
 
 @dataclass
@@ -229,7 +240,8 @@ def plan_corpus(entries: Sequence[ImageEntry], texts: Sequence[str], c: CorpusSe
               "text_empty": train_texts.count(""), "val_image": len(val_images),
               "val_text": len(val_texts), "val_text_empty": val_texts.count(""),
               "train_empty": sum(1 for s in train if not s.text), "val_empty": sum(1 for s in val if not s.text),
-              "klein": sum(s.klein for s in train), "val_klein": sum(s.klein for s in val), **extra}
+              "bank_targets": sum(s.has_bank_target for s in train),
+              "val_bank_targets": sum(s.has_bank_target for s in val), **extra}
     return CorpusPlan(train, val, counts, list(notes))
 
 
@@ -408,8 +420,8 @@ def _drop_unused_copies(plan: CorpusPlan, check: _ImageCheck, data_dir: Path) ->
 def _jsonl(samples: list[Sample], paths: dict[int, str]) -> str:
     def line(s: Sample) -> str:
         record: dict[str, Any] = {"text": s.text, "images": [paths[i] for i in s.images]}
-        if s.klein:
-            record["klein"] = True
+        if s.has_bank_target:
+            record[BANK_TARGET] = True
         return json.dumps(record, ensure_ascii=False) + "\n"
     return "".join(line(s) for s in samples)
 

@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # torch stays out of the CLI's and the driver's imports
 __all__ = [
     "MOCK_ENV", "mock_enabled", "contract_for", "shard_path", "shard_files", "write_shard", "Shard",
     "read_contract", "prepare_split", "expected_shards", "valid_shards", "complete_shards", "shard_intact",
-    "load_stats", "split_lines", "target_moments",
+    "load_stats", "split_lines", "target_moments", "rebuild_command", "shard_rebuild_command",
 ]
 
 MOCK_ENV = "GGUF_TRAINER_MOCK_TEACHER"
@@ -114,7 +114,7 @@ def valid_shards(project: ProjectFolder, split: str) -> list[Path]:
 def complete_shards(project: ProjectFolder, split: str) -> list[Path]:
     """Every shard of the split, for a stage that reads them all (train, eval): ModelFileError naming the
     damaged or missing ones and the command that rebuilds them rather than a run on part of the data."""
-    rebuild = f"`gguf-trainer run --project {project.root} --only precompute_{split}`"
+    rebuild = rebuild_command(project.root, split)
     files = shard_files(project, split)
     if not files or read_contract(project, split) != contract_for(project):
         raise ModelFileError(f"{project.shards_dir(split)} holds no {split} shards under the current contract; "
@@ -130,6 +130,19 @@ def complete_shards(project: ProjectFolder, split: str) -> list[Path]:
         raise ModelFileError(f"{project.shards_dir(split)} holds {len(files)} of the {want} {split} shards the "
                              f"corpus needs; run {rebuild} to compute the rest.")
     return files
+
+
+def rebuild_command(root: Path | str, split: str) -> str:
+    """The command that computes a split's shards again, in backticks (for messages)."""
+    return f"`gguf-trainer run --project {root} --only precompute_{split}`"
+
+
+def shard_rebuild_command(path: Path, split: str | None = None) -> str:
+    """rebuild_command for the shard at `path`: its project is the folder above shards/<split>/ (DIR when
+    the shard lies elsewhere), its split `split` or its folder's name."""
+    split = split or path.parent.name
+    in_project = len(path.parents) > 2 and path.parent.parent.name == "shards"
+    return rebuild_command(path.parents[2] if in_project else "DIR", split)
 
 
 def shard_intact(path: Path) -> bool:

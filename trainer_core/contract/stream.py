@@ -22,14 +22,18 @@ import torch
 from trainer_core.base.errors import ModelFileError
 from trainer_core.contract.batch import Batch, mmap_tensor
 from trainer_core.contract.kinds import get_kind
-from trainer_core.contract.shards import Shard
+from trainer_core.contract.shards import Shard, shard_rebuild_command
 
-__all__ = ["Batch", "StreamPosition", "ShardStream", "ShardRows", "val_batches", "collate"]
+__all__ = ["Batch", "StreamPosition", "ShardStream", "ShardRows", "ROW_KEYS", "val_batches", "collate"]
+
+ROW_KEYS = ("len", "t_len", "q_pack", "t_pack")      # what the reader takes from every shard, whatever its kind
 
 
 class ShardRows:
     """One shard's row offsets and memory-mapped packs, read by the adapter kind it was written for (the
-    shard's own metadata names it: `kind`); `collate` gathers chosen samples into that kind's Batch."""
+    shard's own metadata names it: `kind`); `collate` gathers chosen samples into that kind's Batch. A
+    shard without a tensor the kind's reader needs (ROW_KEYS, the kind's `shard_keys`) is refused before
+    anything is read."""
 
     def __init__(self, path: Path):
         self.shard = Shard(path)      # validates the file and its metadata
@@ -39,6 +43,7 @@ class ShardRows:
         except ValueError:
             raise ModelFileError(f"{path} does not say which adapter kind it was written for (its metadata has "
                                  f"kind {kind!r}); run precompute again.") from None
+        self.require(*ROW_KEYS, *self.kind.shard_keys)
         self.len = self.shard["len"].long()
         self.t_len = self.shard["t_len"].long()
         self.q_off = torch.cumsum(self.len, 0) - self.len
@@ -46,6 +51,16 @@ class ShardRows:
         self._q = mmap_tensor(path, "q_pack")
         self._t = mmap_tensor(path, "t_pack")
         self.kind.rows(self)
+
+    def require(self, *keys: str) -> None:
+        """ModelFileError naming the shard, the tensors it lacks and the command that computes it again."""
+        missing = [k for k in keys if k not in self.shard.keys]
+        if missing:
+            names = ", ".join(f"`{k}`" for k in missing)
+            rebuild = shard_rebuild_command(self.shard.path, self.shard.meta.get("split"))
+            raise ModelFileError(f"The shard {self.shard.path} has no {names} tensor{'s' if len(missing) > 1 else ''}, "
+                                 f"which a {self.kind.title} adapter reads from its shards; run {rebuild} to compute "
+                                 f"it again.")
 
     def vision_blocks(self) -> list[list[tuple[int, int, int]]]:
         """Per sample its images' (first slot, rows, offset into v_pack)."""

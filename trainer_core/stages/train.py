@@ -60,7 +60,8 @@ class Trainer:
         train_files, self.val_files = complete_shards(project, "train"), complete_shards(project, "val")
         in_dim = int(Shard(train_files[0]).meta["in_dim"])
         self.config: AdapterConfig = self.pack.adapter_config(project, in_dim)
-        mu, sigma, floored = load_stats(project, t.sigma_floor, len(self.config.taps))
+        taps = self.config.spec.tap_count(self.config)          # a stack of teacher layers per row: σ per tap
+        mu, sigma, floored = load_stats(project, t.sigma_floor, taps)
         self.mu, self.sigma = mu.to(self.device), sigma.to(self.device)
         self.bank_stats: tuple[torch.Tensor, torch.Tensor] | None = None      # a second head's (a bank's)
         if self.config.spec.bank_head(self.config) is not None:
@@ -99,7 +100,7 @@ class Trainer:
             f"{count_parameters(self.model) / 1e6:.1f}M parameters, in {in_dim} → out {self.config.out_dim}; "
             f"{len(train_files)} train / {len(self.val_files)} val shards; device {self.device}"
             f"{' (' + how + ')' if how else ''}; σ floored at {t.sigma_floor}"
-            f"{' × the median σ of each tap' if self.config.taps else ''} on {floored} of {sigma.numel()} dims"))
+            f"{' × the median σ of each tap' if taps else ''} on {floored} of {sigma.numel()} dims"))
 
     # ------------------------------------------------------------ checkpoints
     def resume(self) -> bool:
@@ -117,8 +118,8 @@ class Trainer:
             return False
         saved = AdapterConfig.from_dict(ck["config"])
         if saved != self.config:
-            diff = ", ".join(f"{k} {getattr(saved, k)} → {getattr(self.config, k)}" for k in saved.to_dict()
-                             if getattr(saved, k) != getattr(self.config, k))
+            old, new = saved.to_dict(), self.config.to_dict()
+            diff = ", ".join(f"{k} {old[k]} → {new.get(k)}" for k in old if old[k] != new.get(k))
             raise TrainerError(f"checkpoints/{which}.pt was trained with another adapter ({diff}); reset training "
                                f"(delete checkpoints/) or restore the settings it was trained with.")
         self.model.load_state_dict(ck["model"])

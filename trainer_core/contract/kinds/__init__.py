@@ -9,7 +9,7 @@ what the rest of the code asks of an adapter without knowing its kind:
     build_adapter(config)           the torch module
 
 Adding a kind is adding its module here (or to a package of its own, registered through the entry
-point); nothing outside branches on a kind's name.
+point), its config fields and shard keys with it (base.py); nothing outside branches on a kind's name.
 """
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer_core.contract.adapter_layout import PREFIX, LayoutProblem, dtype_of
-from trainer_core.contract.kinds.base import (HEAD_DIM, AdapterConfig, AdapterKind, get_kind, register,
+from trainer_core.contract.kinds.base import (HEAD_DIM, AdapterConfig, AdapterKind, KindField, get_kind, register,
                                               registered)
 
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["HEAD_DIM", "AdapterConfig", "AdapterKind", "ENTRY_POINTS", "get_kind", "kind_names", "register",
-           "detect_layout", "expected_ne", "expected_tensor_count", "gguf_dtype", "build_adapter"]
+__all__ = ["HEAD_DIM", "AdapterConfig", "AdapterKind", "KindField", "ENTRY_POINTS", "get_kind", "kind_names",
+           "register", "detect_layout", "expected_ne", "expected_tensor_count", "gguf_dtype", "build_adapter"]
 
 ENTRY_POINTS = "gguf_trainer.kinds"
 
@@ -95,11 +95,15 @@ def detect_layout(tensors: Mapping[str, tuple[tuple[int, ...], str]], layer_map:
 
 
 def build_adapter(config: AdapterConfig, init: bool = True) -> "nn.Module":
-    """The adapter of `config`, initialized for training; init=False leaves the weights as allocated, for
+    """The adapter of `config` (its kind's `build`, with `model.config` = config: what the packs'
+    `load_frozen` reads), initialized for training; init=False leaves the weights as allocated, for
     a caller that loads every one of them next (load_state_dict strict): a GGUF or checkpoint read then
     pays no random fill (0.1 s of a PixArt demo's eval on two cores)."""
     if not init:
         from trainer_core.contract.adapter import weights_left_uninitialized
         with weights_left_uninitialized():
-            return config.spec.build(config)
-    return config.spec.build(config)
+            model = config.spec.build(config)
+    else:
+        model = config.spec.build(config)
+    model.config = config
+    return model

@@ -1,11 +1,30 @@
-"""What an adapter kind is: its config (`AdapterConfig`) and the interface every kind module implements
-(`AdapterKind`), with the registry they are entered in.
+"""What an adapter kind is: its config (`AdapterConfig`), the fields a kind declares (`KindField`) and the
+interface every kind module implements (`AdapterKind`), with the registry they are entered in.
 
-A kind is one network the engine runs (engine-contract §0.1–§4): how its config is validated, how the
-engine tells it from its tensors and sizes it, its GGUF layout and KVs, its shard schema, its forward,
-loss, validation score and evaluation, and what `infer` and `inspect` need. The code that uses an
-adapter — the stages, export, evaluate, infer, inspect, the plan — asks the config's kind
-(`get_kind(config.kind)`) and never branches on a kind's name.
+A kind is one network the engine runs (engine-contract §0.1–§4): its config fields and how they are
+validated, how the engine tells it from its tensors and sizes it, its GGUF layout and KVs, its shard schema
+(`shard_keys`), its forward, loss, validation score and evaluation, and what `infer` and `inspect` need. The
+code that uses an adapter — the stages, export, evaluate, infer, inspect, the plan — asks the config's kind
+(`config.spec`) and never branches on a kind's name nor reads a field another kind may lack.
+
+The config. `AdapterConfig` holds what every kind has (kind, in_dim, out_dim, width, depth, mlp_hidden) and
+the values of its kind's own fields, which the kind module declares (`AdapterKind.fields`, a subclass kind
+inherits its parent's and adds its own), so a new kind with a new field edits nothing here:
+
+* `AdapterConfig(kind, in_dim=…, out_dim=…, width=…, depth=…, num_queries=…)`: a field the caller leaves
+  out takes its declared default; a keyword the kind does not declare is refused (ValueError naming the
+  field and the kind), except the neutral value of a field another registered kind declares, which is
+  dropped (records of the previous version hold every field, zeroed where unused).
+* Attribute access is strict: `config.num_queries` is the value of a kind's own field; reading a field the
+  kind does not have raises AttributeError naming the kinds that do (so `getattr(config, name, default)`
+  and `hasattr` still answer). Code outside a kind asks the kind instead (`table_count`, `tap_count`,
+  `vision_width`, `step_rows`, …).
+* Records (`to_dict`, written into checkpoints and eval.json) hold the common fields plus every field any
+  registered kind declares: the config's value where its kind owns the field, that field's neutral value
+  where it does not. For the built-in kinds that is the union of fields records always had, with the values
+  they always had (eval.json stays byte-stable); a kind that brings a new field adds its neutral value to
+  every record. Two kinds declaring a field of one name must agree on its neutral value (`register`).
+  `from_dict` reads such a record, and those of the previous version, back into the same config.
 
 This module is light (no torch): the GUI and the plan import it. The torch parts of a kind import
 torch inside their methods. The kinds themselves are found by the package (`contract/kinds/__init__.py`):
@@ -14,21 +33,46 @@ entry-point group.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-__all__ = ["HEAD_DIM", "AdapterConfig", "AdapterKind", "Problem", "register", "get_kind", "registered"]
+__all__ = ["HEAD_DIM", "COMMON_FIELDS", "KindField", "AdapterConfig", "AdapterKind", "Problem", "register",
+           "get_kind", "registered"]
 
 HEAD_DIM = 64                  # the engine's attention head width for every adapter kind
+COMMON_FIELDS = ("kind", "in_dim", "out_dim", "width", "depth", "mlp_hidden")     # what every kind has
 
 _REGISTRY: dict[str, "AdapterKind"] = {}
 
 
+@dataclass(frozen=True)
+class KindField:
+    """One config field of an adapter kind, declared by the kind module (`AdapterKind.fields`)."""
+
+    name: str
+    default: Any               # what a config gets when the caller gives no value
+    neutral: Any               # what a record holds when the config's kind does not have the field
+    meaning: str               # one line: what it is
+
+
 def register(kind: "AdapterKind") -> "AdapterKind":
-    """Enter a kind under its name (a second kind with a taken name is refused)."""
+    """Enter a kind under its name: refused when the name is taken by another kind, when two of its fields
+    share a name or one takes a common field's, or when a field's neutral value differs from that of the
+    same-named field of a registered kind (a record holds one neutral value per name)."""
     known = _REGISTRY.get(kind.name)
     if known is not None and type(known) is not type(kind):
         raise ValueError(f"two adapter kinds are named {kind.name!r}: {type(known).__name__} and {type(kind).__name__}")
+    names = [f.name for f in kind.fields]
+    for name in names:
+        if name in COMMON_FIELDS or name == "kind_fields" or names.count(name) > 1:
+            raise ValueError(f"the adapter kind {kind.name!r} declares the field {name!r} "
+                             f"{'twice' if names.count(name) > 1 else 'that every kind has already'}")
+    for other in _REGISTRY.values():
+        for f in other.fields:
+            mine = kind.field(f.name)
+            if other.name != kind.name and mine is not None and mine.neutral != f.neutral:
+                raise ValueError(f"the adapter kinds {other.name!r} and {kind.name!r} both declare the field "
+                                 f"{f.name!r} but with neutral values {f.neutral!r} and {mine.neutral!r}")
     _REGISTRY[kind.name] = kind
     return kind
 
@@ -44,10 +88,31 @@ def get_kind(name: str) -> "AdapterKind":
         raise ValueError(f"unknown adapter kind {name!r}; expected one of {tuple(_REGISTRY)}") from None
 
 
-@dataclass(frozen=True)
+def _record_fields() -> dict[str, KindField]:
+    """Every field a registered kind declares, by name (the first declaration; their neutral values agree)."""
+    found: dict[str, KindField] = {}
+    for kind in _REGISTRY.values():
+        for f in kind.fields:
+            found.setdefault(f.name, f)
+    return found
+
+
+def _owners(name: str) -> str:
+    """The kinds that declare a field, as a message names them ("a, b and c"); "" when none does."""
+    names = [k.name for k in _REGISTRY.values() if k.field(name) is not None]
+    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1]))) if names else ""
+
+
+def _plain(value: Any) -> Any:
+    """A record's value as a config holds it: JSON gives lists where the config keeps tuples."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+@dataclass(frozen=True, init=False, repr=False)
 class AdapterConfig:
-    """One adapter's shape. Every kind uses a subset of the fields; its `canonical` form zeroes the rest,
-    so two descriptions of the same network compare equal."""
+    """One adapter's shape: the fields every kind has, and its kind's own (`kind_fields`, (name, value) in
+    the kind's order; read them as attributes). Two descriptions of the same network compare equal: the
+    kind puts its values in canonical form (`AdapterKind.canonical`)."""
 
     kind: str
     in_dim: int                 # student hidden size (1024 for pig_clip)
@@ -55,25 +120,55 @@ class AdapterConfig:
     width: int = 1024
     depth: int = 6
     mlp_hidden: int = 0         # 0 = 4·width
-    num_queries: int = 0        # query-bank kinds: the learned queries
-    seed_vocab: int = 0         # seeded kinds: rows of the seed table
-    vis_dim: int = 0            # vision kinds: raw mmproj width
-    has_vis_in: bool = True     # raw-vision injection (the engine allows it off)
-    has_skip: bool = True       # skip path (the engine allows it off)
-    taps: tuple[int, ...] = ()  # layerwise: the teacher layers stacked, ascending (layer_map)
-    max_slots: int = 0          # slot kinds: rows of slot_query (the longest template it takes)
-    seed_rank: int = 0          # slot kinds: columns of the frozen seed table
-    n_bank: int = 0             # slot kinds: rows of the fixed bank, 0 = none
-    bank_dim: int = 0           # slot kinds: width of a bank row
-    bank_align: bool = False    # slot kinds: bank_in adds the student's rows to the bank
+    kind_fields: tuple[tuple[str, Any], ...] = ()
 
-    def __post_init__(self) -> None:
-        kind = get_kind(self.kind)
-        if self.width % HEAD_DIM or self.width <= 0:
-            raise ValueError(f"adapter width must be a positive multiple of {HEAD_DIM}, got {self.width}")
-        kind.validate(self)
-        for key, value in {"mlp_hidden": self.mlp_hidden or 4 * self.width, **kind.canonical(self)}.items():
+    def __init__(self, kind: str, in_dim: int, out_dim: int, width: int = 1024, depth: int = 6,
+                 mlp_hidden: int = 0, kind_fields: tuple[tuple[str, Any], ...] = (), **values: Any) -> None:
+        spec = get_kind(kind)
+        if width % HEAD_DIM or width <= 0:
+            raise ValueError(f"adapter width must be a positive multiple of {HEAD_DIM}, got {width}")
+        given = {**dict(kind_fields), **values}
+        own = {f.name: _plain(given.pop(f.name, f.default)) for f in spec.fields}
+        record = _record_fields()
+        for name, value in given.items():
+            if name in record and _plain(value) == record[name].neutral:
+                continue                          # another kind's field, unused: what old records hold
+            theirs = _owners(name)
+            raise ValueError(f"a {kind} adapter has no field {name!r} "
+                             + (f"(it is a field of {theirs} adapters)" if theirs else
+                                "(no adapter kind declares it)")
+                             + f"; its own fields are {', '.join(own) or 'none'}.")
+        for key, value in (("kind", kind), ("in_dim", in_dim), ("out_dim", out_dim), ("width", width),
+                           ("depth", depth), ("mlp_hidden", mlp_hidden or 4 * width)):
             object.__setattr__(self, key, value)
+        self._set_own(own)
+        spec.validate(self)
+        fixed = spec.canonical(self)
+        if set(fixed) - set(own):
+            raise ValueError(f"the adapter kind {kind!r} fixes {sorted(set(fixed) - set(own))}, which it does "
+                             f"not declare")
+        self._set_own({**own, **fixed})
+
+    def _set_own(self, own: Mapping[str, Any]) -> None:
+        object.__setattr__(self, "kind_fields", tuple(own.items()))
+        object.__setattr__(self, "_values", dict(own))
+
+    def __getattr__(self, name: str) -> Any:
+        """A field of the config's kind; AttributeError for any other name (strict: see the module docstring)."""
+        values = self.__dict__.get("_values")
+        if values is None or name.startswith("__"):
+            raise AttributeError(name)
+        if name in values:
+            return values[name]
+        theirs = _owners(name)
+        if theirs:
+            raise AttributeError(f"a {self.kind} adapter has no field {name!r} (a field of {theirs} adapters); "
+                                 f"ask its kind (config.spec) what it needs")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        parts = [f"{k}={getattr(self, k)!r}" for k in COMMON_FIELDS] + [f"{k}={v!r}" for k, v in self.kind_fields]
+        return f"AdapterConfig({', '.join(parts)})"
 
     @property
     def heads(self) -> int:
@@ -84,30 +179,24 @@ class AdapterConfig:
         return self.mlp_hidden
 
     @property
-    def layer_dim(self) -> int:
-        """The width of one tapped layer (layerwise); out_dim for the other kinds."""
-        return self.out_dim // len(self.taps) if self.taps else self.out_dim
-
-    @property
     def spec(self) -> "AdapterKind":
         """The kind that runs this config."""
         return get_kind(self.kind)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record (checkpoints, eval.json): the common fields, then every registered kind's field with
+        this config's value, or the field's neutral value where this kind does not have it."""
+        values = self.__dict__["_values"]
+        return {**{k: getattr(self, k) for k in COMMON_FIELDS},
+                **{name: values.get(name, f.neutral) for name, f in _record_fields().items()}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "AdapterConfig":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        """The config of a record (this version's or the previous one's); keys no registered kind declares
+        are ignored."""
+        known = {*COMMON_FIELDS, *_record_fields()}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
-
-# what the config fields mean when a kind does not use them
-NO_QUERIES: dict[str, Any] = {"num_queries": 0}
-NO_SEEDS: dict[str, Any] = {"seed_vocab": 0}
-NO_SLOTS: dict[str, Any] = {"max_slots": 0, "seed_rank": 0, "n_bank": 0, "bank_dim": 0, "bank_align": False}
-NO_VISION: dict[str, Any] = {"vis_dim": 0, "has_vis_in": False}
-NO_TAPS: dict[str, Any] = {"taps": ()}
 
 Problem = Any          # adapter_layout.LayoutProblem (a kind's detect returns a list of them)
 Names = Mapping[str, tuple[tuple[int, ...], str]]     # "query" → (ne, dtype name), the adapter.* tensors
@@ -116,11 +205,15 @@ Names = Mapping[str, tuple[tuple[int, ...], str]]     # "query" → (ne, dtype n
 class AdapterKind:
     """The interface of an adapter kind; a kind module subclasses it and sets `KIND = register(TheKind())`.
 
-    Light parts (no torch): `validate`, `canonical`, `claims`, `detect`, `expected_ne`, `structural_kvs`,
-    `check_export`, `parameter_count`, `describe`, `head_label`. Torch parts: `build`, `forward`, `loss`,
-    `score_batch`, `eval_metrics`, `eval_batch`, `rows`/`collate` (the shard schema), `infer`."""
+    Light parts (no torch): `fields`, `validate`, `canonical`, `claims`, `detect`, `expected_ne`,
+    `structural_kvs`, `check_export`, `parameter_count`, `describe`, `head_label`, `shard_keys`. Torch parts:
+    `build`, `forward`, `loss`, `score_batch`, `eval_metrics`, `eval_batch`, `rows`/`collate` (the shard
+    schema), `infer`."""
 
     name: ClassVar[str] = ""
+    fields: ClassVar[tuple[KindField, ...]] = ()     # its own config fields (a subclass kind adds to its parent's)
+    shard_keys: ClassVar[tuple[str, ...]] = ()       # tensors its shard reader needs beyond stream.ROW_KEYS
+    optional_shard_keys: ClassVar[tuple[str, ...]] = ()     # tensors its reader reads when a shard has them
     title: ClassVar[str] = ""                  # how messages name it: "for {title} adapters only"
     plural: ClassVar[str] = ""                 # and in "{option} is only for {plural}" ("seeded resamplers")
     standardized: ClassVar[bool] = False       # trained on (t − μ)/σ_f; the export folds μ, σ back in
@@ -132,11 +225,17 @@ class AdapterKind:
     grad_checkpoint_auto: ClassVar[bool] = False   # train.grad_checkpoint auto turns it on on a GPU
 
     # ------------------------------------------------------------ the config
+    @classmethod
+    def field(cls, name: str) -> KindField | None:
+        """This kind's field of that name, None when it has none."""
+        return next((f for f in cls.fields if f.name == name), None)
+
     def validate(self, c: AdapterConfig) -> None:
         """Raise ValueError naming what the config lacks for this kind."""
 
     def canonical(self, c: AdapterConfig) -> dict[str, Any]:
-        """The fields this kind fixes (the ones it does not use, zeroed)."""
+        """Own fields in canonical form (taps as ints, a part the kind always or never has), so two
+        descriptions of one network compare equal; only fields the kind declares."""
         return {}
 
     # ------------------------------------------------------------ the engine's file
@@ -164,12 +263,20 @@ class AdapterKind:
 
     def table_count(self, c: AdapterConfig) -> int:
         """Parameters read by index, not multiplied (a seed table): memory, but no FLOPs (the plan's estimate)."""
-        return c.seed_vocab * (c.seed_rank or c.width)
+        return 0
 
     def frozen_count(self, c: AdapterConfig) -> int:
         """Parameters training does not update (a slot kind's fitted seed table): no gradient or optimizer state
         in memory or in a checkpoint (the plan's estimate)."""
-        return c.seed_vocab * c.seed_rank
+        return 0
+
+    def tap_count(self, c: AdapterConfig) -> int:
+        """The teacher layers a target row stacks side by side (the σ floor is then per tap); 0: one layer."""
+        return 0
+
+    def vision_width(self, c: AdapterConfig) -> int:
+        """The width of the raw vision rows the adapter reads (`infer --vis`), 0 when it reads none."""
+        return 0
 
     def reads_top_level(self, name: str) -> bool:
         return any(name == t or (t.endswith(".") and name.startswith(t)) for t in self.top_level)
@@ -245,7 +352,8 @@ class AdapterKind:
 
     # ------------------------------------------------------------ the shard schema
     def rows(self, src: Any) -> None:
-        """Read this kind's shard keys into the shard reader `src` (contract/batch.ShardRows)."""
+        """Read this kind's shard keys into the shard reader `src` (contract/stream.ShardRows), which has
+        refused a shard without one of `shard_keys` already."""
 
     def collate(self, src: Any, idx: Any, keep_dtype: bool, pin: bool) -> Any:
         raise NotImplementedError

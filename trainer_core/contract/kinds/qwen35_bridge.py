@@ -7,8 +7,8 @@ vision rows are extra keys (vis_in). With a bank (`n_bank` rows), it is prompt-a
 runner for `adapter.slot_query` without `adapter.cap_query`, reads every size from shapes (Part F 2, 5)
 and tokenizes the MOSS template with the Qwen3.5 vocabulary inside the file, so an export without it is
 refused. Slot and bank heads are standardized by their own moments and folded separately. The shards
-(contract/bridge.py's docstring) hold the slots' ids and targets, the raw vision rows, and for the Klein
-samples their bank rows.
+(contract/bridge.py's docstring) hold the slots' ids and targets, the raw vision rows, which samples have
+a bank target (`has_bank_target`; a shard of an earlier version names it `klein`) and their bank rows.
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ import numpy as np
 from trainer_core.base.errors import ModelFileError, UsageError
 from trainer_core.contract.adapter_layout import (RESAMPLER_BLOCK, Layout, LayoutProblem, check_expected, depth_of,
                                                   ne_reader)
-from trainer_core.contract.kinds.base import (NO_TAPS, AdapterConfig, AdapterKind, Names, register)
+from trainer_core.contract.kinds.base import AdapterConfig, AdapterKind, KindField, Names, register
 
 __all__ = ["KIND", "Qwen35BridgeKind", "KV_KIND", "KV_N_BANK", "KV_BANK_DIM", "KV_BANK_ALIGN", "KV_MAX_SLOTS",
-           "KV_SEED_RANK", "KV_SEED_VOCAB", "KV_VIS_DIM", "KV_TOKENS", "KV_MERGES"]
+           "KV_SEED_RANK", "KV_SEED_VOCAB", "KV_VIS_DIM", "KV_TOKENS", "KV_MERGES", "BANK_TARGET", "OLD_BANK_TARGET"]
 
 KV_KIND, KV_VIS_DIM = "adapter.kind", "adapter.vis_dim"
 KV_N_BANK, KV_BANK_DIM, KV_BANK_ALIGN = "adapter.n_bank", "adapter.bank_dim", "adapter.bank_align"
@@ -32,6 +32,8 @@ KV_TOKENS, KV_MERGES = "tokenizer.ggml.tokens", "tokenizer.ggml.merges"
 # then the model and pre-tokenizer names the engine checks before it uses them
 KV_TOKENIZER_MODEL, KV_TOKENIZER_PRE = "tokenizer.ggml.model", "tokenizer.ggml.pre"
 TOKENIZER_MODEL, TOKENIZER_PRE = "gpt2", "qwen35"
+# the shard key flagging the samples with a bank target, and its name in shards of an earlier version
+BANK_TARGET, OLD_BANK_TARGET = "has_bank_target", "klein"
 
 
 class Qwen35BridgeKind(AdapterKind):
@@ -47,6 +49,16 @@ class Qwen35BridgeKind(AdapterKind):
     bank_names = ("bank_query", "out_bank")        # the fixed bank's query tensor and its head
     heads = ("moss", "klein")                       # the slot head's and the bank head's names in the metrics
     template = "Qwen3.5 ids of the MOSS template"
+    fields = (KindField("seed_vocab", 0, 0, "rows of the frozen seed table (seed_embed): the teacher's vocabulary"),
+              KindField("vis_dim", 0, 0, "the raw vision rows' width (vis_q, vis_in)"),
+              KindField("has_vis_in", True, False, "raw vision rows as keys (vis_in; always there)"),
+              KindField("max_slots", 0, 0, "rows of slot_query: the longest template it takes"),
+              KindField("seed_rank", 0, 0, "columns of the frozen seed table"),
+              KindField("n_bank", 0, 0, "rows of the fixed bank, 0 = none"),
+              KindField("bank_dim", 0, 0, "width of a bank row"),
+              KindField("bank_align", False, False, "bank_in adds the student's rows to the bank"))
+    shard_keys = ("slot_ids", "v_pack", "vis_sample", "vis_start", "vis_len")
+    optional_shard_keys = (BANK_TARGET, "bank_slots", "b_pack", "bank_rows", "bank_real", "bank_body")
 
     def validate(self, c: AdapterConfig) -> None:
         for name in ("max_slots", "seed_vocab", "seed_rank", "vis_dim"):
@@ -56,12 +68,22 @@ class Qwen35BridgeKind(AdapterKind):
             raise ValueError(f"a {c.kind} adapter with a bank needs bank_dim > 0")
 
     def canonical(self, c: AdapterConfig) -> dict[str, Any]:
-        # every slot seeded and fed raw vision; no skip path
-        canon: dict[str, Any] = {**NO_TAPS, "num_queries": 0, "has_vis_in": True, "has_skip": False,
-                                 "bank_align": bool(c.bank_align) and self.aligned_bank}
+        # every slot seeded and fed raw vision
+        canon: dict[str, Any] = {"has_vis_in": True, "bank_align": bool(c.bank_align) and self.aligned_bank}
         if not c.n_bank:
             canon.update(n_bank=0, bank_dim=0, bank_align=False)
         return canon
+
+    def table_count(self, c: AdapterConfig) -> int:
+        """seed_embed: one seed_rank-wide row read per slot."""
+        return c.seed_vocab * c.seed_rank
+
+    def frozen_count(self, c: AdapterConfig) -> int:
+        """seed_embed: the PCA precompute fits, never trained."""
+        return c.seed_vocab * c.seed_rank
+
+    def vision_width(self, c: AdapterConfig) -> int:
+        return c.vis_dim
 
     aligned_bank = True      # whether the bank can be prompt-aligned (bank_in)
 
@@ -168,7 +190,9 @@ class Qwen35BridgeKind(AdapterKind):
     # ------------------------------------------------------------ torch
     def build(self, c: AdapterConfig) -> Any:
         from trainer_core.contract.adapter import Bridge
-        return Bridge(c, self.bank_names)
+        return Bridge(c.in_dim, c.out_dim, c.width, c.depth, c.mlp, max_slots=c.max_slots, seed_vocab=c.seed_vocab,
+                      seed_rank=c.seed_rank, vis_dim=c.vis_dim, n_bank=c.n_bank, bank_dim=c.bank_dim,
+                      bank_align=c.bank_align, bank_names=self.bank_names)
 
     def forward(self, c: AdapterConfig, model: Any, batch: Any) -> Any:
         from trainer_core.contract.bridge import bridge_forward
@@ -220,10 +244,13 @@ class Qwen35BridgeKind(AdapterKind):
         src._v = mmap_tensor(path, "v_pack")
         src.blocks = src.vision_blocks()
         # which samples have a bank target: the Klein samples (qwen35_bridge); every sample without the key (Ming)
-        src.klein = src.shard["klein"].long() if "klein" in keys else torch.ones(len(src.len), dtype=torch.long)
+        flag = next((k for k in (BANK_TARGET, OLD_BANK_TARGET) if k in keys), None)
+        src.has_bank_target = (src.shard[flag].long() if flag is not None else
+                               torch.ones(len(src.len), dtype=torch.long))
         src.n_bank = int(src.shard["bank_slots"][0]) if "bank_slots" in keys else 0
         src.aligned = "bank_body" in keys          # the bank rows carry the student's rows (the Klein bank)
         if src.n_bank:
+            src.require("b_pack", "bank_rows", "bank_real")
             src._b = mmap_tensor(path, "b_pack")
             rows = src.shard["bank_rows"].long()
             src.b_off = torch.cumsum(rows, 0) - rows
@@ -259,11 +286,11 @@ class Qwen35BridgeKind(AdapterKind):
                 vis_slot[b, start:start + count] = rows
                 vis_kv[b, at:at + count] = rows
                 at += count
-        klein = src.klein[idx].bool()
-        parts = BridgeParts(vis_slot, vis_kv, vis_keep, klein)
-        if src.n_bank and bool(klein.any()):
-            members = idx[klein].tolist()
-            rows_of = [b for b in range(B) if bool(klein[b])]
+        has_target = src.has_bank_target[idx].bool()
+        parts = BridgeParts(vis_slot, vis_kv, vis_keep, has_target)
+        if src.n_bank and bool(has_target.any()):
+            members = idx[has_target].tolist()
+            rows_of = [b for b in range(B) if bool(has_target[b])]
             K, NB = len(members), src.n_bank
             bdtype = src._b.dtype if keep_dtype else torch.float32
             bank_target = torch.zeros(K, NB, src._b.shape[1], dtype=bdtype, pin_memory=pin)

@@ -11,8 +11,7 @@ from typing import Any, Mapping
 from trainer_core.contract.adapter_layout import (RESAMPLER_BLOCK, Layout, LayoutProblem, check_expected,
                                                   ne_reader)
 from trainer_core.contract.kinds._plain import plain_checks, plain_common, standardized_loss
-from trainer_core.contract.kinds.base import (NO_SEEDS, NO_SLOTS, NO_TAPS, NO_VISION, AdapterConfig, AdapterKind,
-                                              Names, register)
+from trainer_core.contract.kinds.base import AdapterConfig, AdapterKind, KindField, Names, register
 
 __all__ = ["KIND", "ResamplerKind", "KV_NUM_QUERIES"]
 
@@ -26,13 +25,11 @@ class ResamplerKind(AdapterKind):
     standardized = True
     detect_rank = 31
     f32_names = frozenset({"query"})
+    fields = (KindField("num_queries", 0, 0, "the learned queries: the rows it returns"),)
 
     def validate(self, c: AdapterConfig) -> None:
         if c.num_queries <= 0:
             raise ValueError(f"a {c.kind} needs num_queries > 0")
-
-    def canonical(self, c: AdapterConfig) -> dict[str, Any]:
-        return {**NO_SEEDS, **NO_SLOTS, **NO_VISION, **NO_TAPS, "has_skip": False}
 
     # ------------------------------------------------------------ the engine's file
     def claims(self, names: Names) -> bool:
@@ -47,19 +44,23 @@ class ResamplerKind(AdapterKind):
         if common is None:
             return None, problems
         ne = ne_reader(names)
-        query, seed = ne("query"), ne("t5_embed.weight")
+        query = ne("query")
         try:
             config = AdapterConfig(kind=self.name, num_queries=query[1] if len(query) == 2 else 0,
-                                   seed_vocab=seed[1] if seed and len(seed) == 2 else 0, **common)
+                                   **self.detected_seeds(ne), **common)
         except ValueError as e:
             return None, problems + [LayoutProblem(f"the tensors do not make an adapter: {e}")]
         return check_expected(config, self.expected_ne(config), names, problems, self.f32_names)
 
+    def detected_seeds(self, ne: Any) -> dict[str, int]:
+        """The seed fields the engine reads from the tensors (none: the resampler has no seed table)."""
+        return {}
+
     def expected_ne(self, c: AdapterConfig) -> dict[str, tuple[int, ...]]:
         W, layout = c.width, Layout(c.width)
         layout.tensor("query", W, c.num_queries)
-        if c.seed_vocab:
-            layout.tensor("t5_embed.weight", W, c.seed_vocab)
+        if self.seed_vocab(c):
+            layout.tensor("t5_embed.weight", W, self.seed_vocab(c))
         layout.linear("in_proj", c.in_dim, W)
         layout.blocks(c.depth, RESAMPLER_BLOCK, c.mlp)
         layout.norm("ln_out")
@@ -69,10 +70,14 @@ class ResamplerKind(AdapterKind):
     def structural_kvs(self, c: AdapterConfig) -> tuple[list, list]:
         return [], [(KV_NUM_QUERIES, c.num_queries, "u32")]
 
+    def seed_vocab(self, c: AdapterConfig) -> int:
+        """Rows of the seed table (t5_embed), 0 for the plain resampler."""
+        return 0
+
     # ------------------------------------------------------------ torch
     def build(self, c: AdapterConfig) -> Any:
         from trainer_core.contract.adapter import Resampler
-        return Resampler(c)
+        return Resampler(c.in_dim, c.out_dim, c.width, c.depth, c.mlp, c.num_queries, self.seed_vocab(c))
 
     def loss(self, c: AdapterConfig, batch: Any, pred: Any, mu: Any, sigma: Any, cos_weight: float,
              bank_stats: Any = None) -> tuple[Any, dict[str, Any]]:

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from trainer_core.base.errors import UsageError
 from trainer_core.contract.kinds._plain import raw_loss, score_raw_rows
-from trainer_core.contract.kinds.base import NO_SLOTS, NO_TAPS, NO_VISION, AdapterConfig, Names, register
+from trainer_core.contract.kinds.base import AdapterConfig, KindField, Names, register
 from trainer_core.contract.kinds.resampler import ResamplerKind
 
 __all__ = ["KIND", "SeededResamplerKind"]
@@ -24,17 +24,28 @@ class SeededResamplerKind(ResamplerKind):
     standardized = False
     detect_rank = 30
     infer_options = ("--t5-ids",)
+    fields = (*ResamplerKind.fields,
+              KindField("seed_vocab", 0, 0, "rows of the seed table (t5_embed): the T5 vocabulary"))
+    shard_keys = ("seed_ids",)
 
     def validate(self, c: AdapterConfig) -> None:
         super().validate(c)
         if c.seed_vocab <= 0:
             raise ValueError("a seeded_resampler needs seed_vocab > 0")
 
-    def canonical(self, c: AdapterConfig) -> dict[str, Any]:
-        return {**NO_SLOTS, **NO_VISION, **NO_TAPS, "has_skip": False}
-
     def claims(self, names: Names) -> bool:
         return "query" in names and "t5_embed.weight" in names
+
+    def detected_seeds(self, ne: Any) -> dict[str, int]:
+        seed = ne("t5_embed.weight")
+        return {"seed_vocab": seed[1]} if seed and len(seed) == 2 else {}
+
+    def seed_vocab(self, c: AdapterConfig) -> int:
+        return c.seed_vocab
+
+    def table_count(self, c: AdapterConfig) -> int:
+        """t5_embed: one width-wide row read per query."""
+        return c.seed_vocab * c.width
 
     def loss(self, c: AdapterConfig, batch: Any, pred: Any, mu: Any, sigma: Any, cos_weight: float,
              bank_stats: Any = None) -> tuple[Any, dict[str, Any]]:

@@ -17,8 +17,7 @@ import numpy as np
 
 from trainer_core.contract.adapter_layout import TOKEN_BLOCK, Layout, LayoutProblem, check_expected, ne_reader
 from trainer_core.contract.kinds._plain import plain_checks, plain_common
-from trainer_core.contract.kinds.base import (NO_QUERIES, NO_SEEDS, NO_SLOTS, NO_VISION, AdapterConfig, AdapterKind,
-                                              Names, register)
+from trainer_core.contract.kinds.base import AdapterConfig, AdapterKind, KindField, Names, register
 
 __all__ = ["KIND", "LayerwiseKind", "KV_KIND", "KV_LAYER_DIM", "KV_N_OUT_LAYERS", "KV_OUT_LAYERS"]
 
@@ -32,6 +31,10 @@ class LayerwiseKind(AdapterKind):
     plural = "layerwise adapters"
     standardized = True
     detect_rank = 40
+    fields = (KindField("taps", (), (), "the teacher layers stacked side by side in a row, ascending (layer_map)"),
+              KindField("has_skip", True, False, "the skip path (always there: part of the kind)"))
+    shard_keys = ("n_real", "pad_multiple")
+    optional_shard_keys = ("sup_start",)
 
     def validate(self, c: AdapterConfig) -> None:
         taps = tuple(int(t) for t in c.taps)
@@ -42,9 +45,14 @@ class LayerwiseKind(AdapterKind):
             raise ValueError(f"out_dim {c.out_dim} is not {len(taps)} taps of equal width")
 
     def canonical(self, c: AdapterConfig) -> dict[str, Any]:
-        # no vision; the skip path is part of the kind
-        return {**NO_SEEDS, **NO_SLOTS, **NO_QUERIES, **NO_VISION, "has_skip": True,
-                "taps": tuple(int(t) for t in c.taps)}
+        return {"has_skip": True, "taps": tuple(int(t) for t in c.taps)}
+
+    def layer_dim(self, c: AdapterConfig) -> int:
+        """The width of one tapped layer."""
+        return c.out_dim // len(c.taps)
+
+    def tap_count(self, c: AdapterConfig) -> int:
+        return len(c.taps)
 
     # ------------------------------------------------------------ the engine's file
     def claims(self, names: Names) -> bool:
@@ -102,7 +110,7 @@ class LayerwiseKind(AdapterKind):
         return layout.ne
 
     def structural_kvs(self, c: AdapterConfig) -> tuple[list, list]:
-        return [], [(KV_KIND, c.kind, "str"), (KV_LAYER_DIM, c.layer_dim, "u32"),
+        return [], [(KV_KIND, c.kind, "str"), (KV_LAYER_DIM, self.layer_dim(c), "u32"),
                     (KV_N_OUT_LAYERS, len(c.taps), "u32"), (KV_OUT_LAYERS, list(c.taps), "i32s")]
 
     def folded_heads(self, c: AdapterConfig) -> tuple[str, ...]:
@@ -111,7 +119,7 @@ class LayerwiseKind(AdapterKind):
     # ------------------------------------------------------------ torch
     def build(self, c: AdapterConfig) -> Any:
         from trainer_core.contract.adapter import Layerwise
-        return Layerwise(c)
+        return Layerwise(c.in_dim, c.out_dim, c.width, c.depth, c.mlp, c.taps)
 
     def loss(self, c: AdapterConfig, batch: Any, pred: Any, mu: Any, sigma: Any, cos_weight: float,
              bank_stats: Any = None) -> tuple[Any, dict[str, Any]]:

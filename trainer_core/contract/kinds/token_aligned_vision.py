@@ -15,8 +15,7 @@ from typing import Any, Mapping
 from trainer_core.base.errors import UsageError
 from trainer_core.contract.adapter_layout import TOKEN_BLOCK, Layout, LayoutProblem, check_expected, ne_reader
 from trainer_core.contract.kinds._plain import plain_checks, plain_common, raw_loss, score_raw_rows
-from trainer_core.contract.kinds.base import (NO_QUERIES, NO_SEEDS, NO_SLOTS, NO_TAPS, AdapterConfig, AdapterKind,
-                                              Names, register)
+from trainer_core.contract.kinds.base import AdapterConfig, AdapterKind, KindField, Names, register
 
 __all__ = ["KIND", "TokenAlignedVisionKind", "KV_VIS_DIM"]
 
@@ -30,9 +29,13 @@ class TokenAlignedVisionKind(AdapterKind):
     detect_rank = 50            # the engine's default runner
     f32_names = frozenset({"vision_proj.weight"})
     infer_options = ("--vis",)
+    fields = (KindField("vis_dim", 0, 0, "the raw mmproj width (vision_proj, vis_in); 0: no vision input"),
+              KindField("has_vis_in", True, False, "vis_in: raw vision rows at the image slots (may be off)"),
+              KindField("has_skip", True, False, "the skip path (may be off)"))
+    shard_keys = ("v_pack", "vis_sample", "vis_start", "vis_len", "sup_start", "t_sparse")
 
     def canonical(self, c: AdapterConfig) -> dict[str, Any]:
-        return {**NO_SEEDS, **NO_SLOTS, **NO_QUERIES, **NO_TAPS, "has_vis_in": bool(c.vis_dim) and c.has_vis_in}
+        return {"has_vis_in": bool(c.vis_dim) and bool(c.has_vis_in)}
 
     # ------------------------------------------------------------ the engine's file
     def claims(self, names: Names) -> bool:
@@ -80,13 +83,17 @@ class TokenAlignedVisionKind(AdapterKind):
         """vision_proj: fitted by precompute, applied as it is."""
         return c.vis_dim * c.in_dim
 
+    def vision_width(self, c: AdapterConfig) -> int:
+        return c.vis_dim
+
     def structural_kvs(self, c: AdapterConfig) -> tuple[list, list]:
         return ([(KV_VIS_DIM, c.vis_dim, "u32")] if c.vis_dim else []), []
 
     # ------------------------------------------------------------ torch
     def build(self, c: AdapterConfig) -> Any:
         from trainer_core.contract.adapter import TokenAligned
-        return TokenAligned(c)
+        return TokenAligned(c.in_dim, c.out_dim, c.width, c.depth, c.mlp, vis_dim=c.vis_dim,
+                            vis_in=c.has_vis_in, skip=c.has_skip)
 
     def loss(self, c: AdapterConfig, batch: Any, pred: Any, mu: Any, sigma: Any, cos_weight: float,
              bank_stats: Any = None) -> tuple[Any, dict[str, Any]]:

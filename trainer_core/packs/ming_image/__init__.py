@@ -96,7 +96,7 @@ class MingPack(VisionPack):
             for row in rng.sample(singles, min(n, len(singles))):
                 caps = entries[split[row].images[0]].captions
                 split[row] = Sample(self._layer_prompt(rng, clean(rng.choice(caps)) if caps else ""),
-                                    split[row].images, split[row].klein)
+                                    split[row].images, split[row].has_bank_target)
                 layered[name] += 1
         notes = ([f"{layered['train']} train and {layered['val']} val samples ask for a layer decomposition"]
                  if layered["train"] or layered["val"] else [])

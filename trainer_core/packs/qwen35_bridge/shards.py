@@ -19,6 +19,8 @@ import torch
 from trainer_core.base.errors import TrainerError
 from trainer_core.contract.batching import greedy_batches
 from trainer_core.contract.bridge import BANK_PREFIX, BANK_SUFFIX, bank_length
+from trainer_core.contract.image_corpus import BANK_TARGET
+from trainer_core.contract.kinds.qwen35_bridge import BANK_TARGET as BANK_TARGET_KEY
 from trainer_core.contract.shards import target_moments
 from trainer_core.packs.common.slot_settings import render_fitting
 
@@ -105,7 +107,8 @@ def build_shard(samples: list[dict[str, Any]], student: Any, teacher: Any, budge
         "v_pack": (torch.cat([v.to(torch.bfloat16) for v in encoded]) if encoded
                    else torch.zeros(0, vis_dim, dtype=torch.bfloat16)),
         "vis_sample": i32(vis_sample), "vis_start": i32(vis_start), "vis_len": i32(vis_len),
-        "klein": torch.tensor([bool(s.get("bank_target")) and session.n_bank > 0 for s in kept], dtype=torch.int8),
+        BANK_TARGET_KEY: torch.tensor([bool(s.get(BANK_TARGET)) and session.n_bank > 0 for s in kept],
+                                      dtype=torch.int8),
     }
     if session.n_bank:
         tensors.update(_bank(kept, tokens, session, budgets))
@@ -123,7 +126,7 @@ def _bank(kept: list[dict[str, Any]], tokens: list[list[int]], session: BridgeSe
     NB, room = session.n_bank, session.n_bank - BANK_PREFIX - BANK_SUFFIX
     rows_n, real_n, body_n, templates, members = [], [], [], [], []
     for i, (sample, ids) in enumerate(zip(kept, tokens)):
-        if not sample.get("bank_target"):
+        if not sample.get(BANK_TARGET):
             rows_n.append(0)
             real_n.append(0)
             body_n.append(0)
