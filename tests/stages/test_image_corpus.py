@@ -495,7 +495,7 @@ def test_bank_targets_are_drawn_written_and_read_under_their_name_and_the_old_on
     path = tmp_path / "train.jsonl"
     path.write_text('{"text": "a", "images": [], "klein": true}\n{"text": "b", "images": [], "has_bank_target": '
                     'true}\n{"text": "c", "images": []}\n', encoding="utf-8")
-    samples = BRIDGE.read_samples(SimpleNamespace(data_dir=tmp_path), path)
+    samples = BRIDGE.corpus_kind.read_samples(SimpleNamespace(data_dir=tmp_path), path)
     assert [s["has_bank_target"] for s in samples] == [True, True, False]
 
 
