@@ -14,10 +14,9 @@ import pytest
 
 import demo_cache
 from conftest import cli
-from trainer_core import plan as plan_mod
 from trainer_core.base.procs import wait_peak_rss
 from trainer_core.packs import DEMO_PACKS
-from trainer_core.plan import calibrate, make_plan
+from trainer_core.plan import CALIBRATION_FILE, advice, calibrate, make_plan
 from trainer_core.project import Project
 
 
@@ -95,7 +94,7 @@ def test_the_default_plan_matches_the_demo_run(tmp_path, pack_id):
 
 
 def test_without_a_calibration_the_plan_is_a_rough_estimate_and_says_so(tmp_path):
-    from trainer_core.plan_estimate import SOURCE
+    from trainer_core.plan.estimate import SOURCE
     root = tmp_path / "t5_adapter"
     assert cli("demo", "--project", str(root)).returncode == 0
     plan = make_plan(Project.open(root))
@@ -117,7 +116,7 @@ def test_a_disk_too_small_gets_the_largest_corpus_that_fits(tmp_path, monkeypatc
     shards = planned["stages"]["precompute_train"]["disk_bytes"] + planned["stages"]["precompute_val"]["disk_bytes"]
     other = planned["total_disk_bytes"] - shards
     free = other + shards // 4                             # a quarter of the shards fits
-    monkeypatch.setattr(plan_mod, "free_bytes", lambda path: free)
+    monkeypatch.setattr(advice, "free_bytes", lambda path: free)
     warned = make_plan(project, hw={"cpus": 2, "ram_available_bytes": 64 << 30, "gpus": []})["warnings"]
     n_train, n_val = project.settings.corpus.n_train, project.settings.corpus.n_val
     fit = int((free - other) / (shards / (n_train + n_val)) - n_val)      # beside the val split as it is
@@ -155,7 +154,7 @@ def test_a_teacher_that_does_not_fit_the_card_gets_the_mode_that_would(tmp_path)
 def test_the_placement_follows_the_teachers_rules(tmp_path):
     """teacher_mode auto: resident when the card holds the weights + 3 GiB, else offloaded; LLaDA's
     sequential placement fills the chosen card, then the next, then RAM."""
-    from trainer_core.plan_estimate import placement
+    from trainer_core.plan import placement
     project = Project.create(tmp_path / "m", "qwen3vl_mageflow")
     teacher = project.pack.resolve_material(project, "teacher")
     teacher.mkdir(parents=True)
@@ -189,9 +188,9 @@ def test_a_long_precompute_says_which_corpus_takes_a_day(tmp_path):
     plan = make_plan(project, hw=hw)
     train_s, val_s = (plan["stages"][f"precompute_{s}"]["seconds"] for s in ("train", "val"))
     n_train = project.settings.corpus.n_train
-    fit = int((plan_mod.LONG_TRAIN_S - val_s) / (train_s / n_train))
+    fit = int((advice.LONG_TRAIN_S - val_s) / (train_s / n_train))
     said = [w for w in plan["warnings"] if w.startswith("Precompute takes")]
-    assert train_s + val_s > plan_mod.LONG_TRAIN_S > val_s and 0 < fit < n_train
+    assert train_s + val_s > advice.LONG_TRAIN_S > val_s and 0 < fit < n_train
     assert len(said) == 1 and f"a corpus of about {fit} train samples (corpus.n_train={fit}) would take a day" in said[0]
 
 
@@ -233,4 +232,4 @@ def test_a_calibration_whose_stage_fails_says_why_and_keeps_its_log(tmp_path):
     log = project.root / ".calibration" / "pipeline.log"
     assert "calibration's corpus stage failed" in str(e.value) and str(log) in str(e.value)
     assert log.is_file() and "corpus" in log.read_text()
-    assert not (project.root / plan_mod.CALIBRATION_FILE).exists()
+    assert not (project.root / CALIBRATION_FILE).exists()
