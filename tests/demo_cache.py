@@ -4,8 +4,8 @@
 process per chain as the driver starts them (`python -m trainer_core.stages.corpus --then precompute_val
 precompute_train`, then `… stages.train --then export eval`), so what the run took is what a user's run takes:
 `run_figures(pack_id)` has each process's wall time, CPU time, run delay and peak RSS (procs.wait_usage) and
-the bytes the run wrote (tests/test_plan.py sets the default plan beside them). `built(pack_id)` is the same demo before its corpus
-stage; a trained demo is a copy of it, run. Both live in one folder per session that every xdist worker shares
+the bytes the run wrote (tests/test_plan.py sets the default plan beside them). `built(pack_id)` is the same
+demo before its corpus stage; a trained demo is a copy of it, run. Both live in one folder per session that every xdist worker shares
 (a file lock per pack: the first worker to need one builds it, the others wait and reuse it), and a test gets
 its own copy (`copy_trained`, `copy_built`), so nothing one test does reaches another.
 
