@@ -192,10 +192,11 @@ def test_the_default_plan_matches_the_demo_run(tmp_path, pack_id):
     thread adds CPU in parallel (CPU ÷ the "at most" figure at a load of 3–5: 1.0 Z-Image, 1.1 PixArt and
     FLUX.3, 1.2 MageFlow, Qwen-Image and the bridge, 1.3 Ming, 1.35 LLaDA, where a plan within the bound read
     0.55 of the CPU seconds), and contention inflates CPU time too (×1.2–1.3 at a load of 10–12).
-    Measured on the 2-core VM at a load of 10–12, planned s against the wall, the range and the CPU s: Z-Image
+    Measured on the 2-core VM, planned s against the wall, the range and the CPU s, at a load of 10–12: Z-Image
     9.9 against 75.7, 9.1–14.5, 14.0; PixArt 12.2 against 67.8, 10.3–13.1, 13.0; LLaDA 20.1 against 192.5,
     22.3–50.9, 44.6; the bridge 14.4 against 108.2, 16.8–29.6, 28.5 (every demo pack passed; none would have
-    against its wall)."""
+    against its wall). Idle (this test alone): Z-Image 10.2, 10.1–10.2, 10.5; PixArt 9.8, 9.6–9.8, 10.8;
+    LLaDA 23.7, 22.6–23.3, 33.2; the bridge 17.7, 17.1–17.5, 20.9 — the range is the wall."""
     ran = demo_cache.run_figures(pack_id)
     plan = make_plan(Project.open(demo_cache.copy_built(pack_id, tmp_path)))
     assert not plan["calibrated"]
