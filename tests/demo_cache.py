@@ -3,9 +3,9 @@
 `trained(pack_id)` is a demo project taken through the whole pipeline by the stages' own entry points, one
 process per chain as the driver starts them (`python -m trainer_core.stages.corpus --then precompute_val
 precompute_train`, then `… stages.train --then export eval`), so what the run took is what a user's run takes:
-`run_figures(pack_id)` has each process's wall time and peak RSS (wait4) and the bytes the run wrote
-(tests/test_plan.py sets the default plan beside them). `built(pack_id)` is the same demo before its corpus
-stage; a trained demo is a copy of it, run. Both live in one folder per session that every xdist worker shares
+`run_figures(pack_id)` has each process's wall time, CPU time, run delay and peak RSS (procs.wait_usage) and
+the bytes the run wrote (tests/test_plan.py sets the default plan beside them). `built(pack_id)` is the same
+demo before its corpus stage; a trained demo is a copy of it, run. Both live in one folder per session that every xdist worker shares
 (a file lock per pack: the first worker to need one builds it, the others wait and reuse it), and a test gets
 its own copy (`copy_trained`, `copy_built`), so nothing one test does reaches another.
 
@@ -69,9 +69,10 @@ def _tree_bytes(folder: Path) -> int:
 
 def run_processes(project_root: Path, log: Path) -> list[dict[str, Any]]:
     """Every stage, one process per chain started as the driver starts it (its command line, the project
-    folder as cwd, events on stdout, appended to `log`); per process its stages, wall seconds and peak RSS."""
+    folder as cwd, events on stdout, appended to `log`); per process its stages, wall seconds, CPU seconds, the
+    seconds its main thread and all its threads sat ready but without a core, and peak RSS (procs.Usage)."""
     from trainer_core.base.events import parse_event
-    from trainer_core.base.procs import wait_peak_rss
+    from trainer_core.base.procs import wait_usage
     from trainer_core.runner import child_env
     from trainer_core.stages import STAGES
     env = child_env()
@@ -90,7 +91,7 @@ def run_processes(project_root: Path, log: Path) -> list[dict[str, Any]]:
         with open(log, "ab") as out, open(log.with_suffix(".stderr"), "wb") as err:     # a pipe could fill
             proc = subprocess.Popen(argv, cwd=project_root, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     env=env)
-            peak = wait_peak_rss(proc)         # its own: ru_maxrss would carry this worker's 0.6 GB
+            usage = wait_usage(proc)           # its own peak: ru_maxrss would carry this worker's 0.6 GB
         seconds = time.monotonic() - started
         stderr = log.with_suffix(".stderr").read_text(encoding="utf-8", errors="replace")
         events = [parse_event(line) for line in log.read_text(encoding="utf-8").splitlines()]
@@ -98,7 +99,8 @@ def run_processes(project_root: Path, log: Path) -> list[dict[str, Any]]:
         assert proc.returncode == 0 and not errors, \
             f"{project_root.name}: {first.name} chain failed: {errors} {stderr[-3000:]}"
         figures.append({"stages": [first.name, *(spec.name for spec in then)], "seconds": seconds,
-                        "peak_rss_bytes": peak})
+                        "cpu_seconds": usage.cpu_seconds, "queued_seconds": usage.queued_seconds,
+                        "queued_all_seconds": usage.queued_all_seconds, "peak_rss_bytes": usage.peak_rss_bytes})
     return figures
 
 
@@ -147,9 +149,10 @@ def trained(pack_id: str) -> Path:
 
 
 def run_figures(pack_id: str) -> dict[str, Any]:
-    """What the trained demo's run took: {"processes": [{"stages", "seconds", "peak_rss_bytes"}], "seconds"
-    (their sum: the driver's own start is not in it), "peak_rss_bytes" (the largest process), "written_bytes"
-    (what the run left in the project folder and the output folder beside it)}."""
+    """What the trained demo's run took: {"processes": [{"stages", "seconds", "cpu_seconds", "queued_seconds",
+    "queued_all_seconds", "peak_rss_bytes"}] (run_processes), "seconds" (their wall seconds summed: the driver's
+    own start is not in it), "peak_rss_bytes" (the largest process), "written_bytes" (what the run left in the
+    project folder and the output folder beside it)}."""
     trained(pack_id)
     assert _ROOT is not None
     return json.loads((_ROOT / f"trained-{pack_id}.run.json").read_text(encoding="utf-8"))

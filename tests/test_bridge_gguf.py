@@ -145,17 +145,19 @@ def test_reference_sizes_tensor_counts(bank, count):
 
 
 def test_read_of_a_reference_size_vocabulary_stays_fast(tmp_path):
-    """The 248k tokens and ~247k merges are stepped over, not parsed item by item."""
+    """The 248k tokens and ~247k merges are stepped over, not parsed item by item. Held to the read's CPU time,
+    not its wall: on the shared 2-core VM at a load of 9 the read took 0.5–0.7 s of wall for 0.10–0.13 s of CPU,
+    so a wall bound failed on a loaded enough machine without anything being slower."""
     import time
     c = config("none")
     arrays = {"tokenizer.ggml.tokens": [f"t{i}" for i in range(248320)],
               "tokenizer.ggml.merges": [f"a{i} b" for i in range(247000)]}
     path = write_adapter_gguf(tmp_path / "big.gguf", random_adapter(c), c, name="n", pack="p", provenance=PROV,
                               arrays=arrays, **fold_stats(c))
-    start = time.perf_counter()
+    start = time.process_time()
     adapter = read_adapter_gguf(path)
     assert adapter.kvs["tokenizer.ggml.merges"] == "[array of 247000]"
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 # ------------------------------------------------------------------ the fold

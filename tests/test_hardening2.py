@@ -245,8 +245,8 @@ def test_a_read_only_bind_mount_of_the_project_is_named(trained):
 # ---------------------------------------------------------------- 6: the plan warns about its own memory figure
 
 def test_the_plan_warns_when_its_peak_ram_exceeds_the_machine_and_names_a_depth_that_fits(trained):
-    from trainer_core.plan import _adapter_params, _samples, make_plan, shard_disk_estimate, student_width
-    from trainer_core.plan_estimate import train_ram
+    from trainer_core.plan import adapter_params, make_plan, sample_counts, shard_disk_estimate, student_width
+    from trainer_core.plan.estimate import train_ram
     project = Project.open(trained)
     project.update_settings(["train.depth=100000"])
     project = Project.open(trained)
@@ -256,12 +256,12 @@ def test_the_plan_warns_when_its_peak_ram_exceeds_the_machine_and_names_a_depth_
     (warning,) = [w for w in plan["warnings"] if "of RAM" in w]
     assert "train stage would need" in warning and "this machine has 16.0 GB" in warning
     depth = int(warning.split("train.depth=")[1].split(" ")[0])
-    # the suggested depth fits the estimate's rule (plan_estimate.train_ram: the process, 16 bytes a trained
+    # the suggested depth fits the estimate's rule (plan.estimate.train_ram: the process, 16 bytes a trained
     # parameter, the shard pages read, a batch's rows) and one more layer does not
     dims = project.pack.teacher_dims(project)
     config = project.pack.adapter_config(project, student_width(project), dims)
     count = config.spec.parameter_count
-    per, samples = shard_disk_estimate(project)["per_sample"], _samples(project)
+    per, samples = shard_disk_estimate(project)["per_sample"], sample_counts(project)
     def ram(d: int) -> float:
         return train_ram(project, dataclasses.replace(config, depth=d), per, samples, False)
     assert ram(depth) <= 0.9 * (16 << 30) < ram(depth + 1)
@@ -270,7 +270,7 @@ def test_the_plan_warns_when_its_peak_ram_exceeds_the_machine_and_names_a_depth_
     # within the machine: no such warning
     project.update_settings([f"train.depth={depth}"])
     assert not [w for w in make_plan(Project.open(trained), hw)["warnings"] if "of RAM" in w]
-    assert _adapter_params(Project.open(trained)) == count(dataclasses.replace(config, depth=depth))
+    assert adapter_params(Project.open(trained)) == count(dataclasses.replace(config, depth=depth))
 
 
 # ---------------------------------------------------------------- the GUI says the same sentence

@@ -72,10 +72,10 @@ def test_the_app_on_a_port_in_use_is_one_sentence_naming_port():
 def test_the_plans_memory_hints_name_the_setting_each_pack_places_its_teacher_with(tmp_path):
     """LLaDA places its teacher with precompute.placement, not teacher_mode: its warnings must say so."""
     from trainer_core.packs import PACKS
-    from trainer_core.plan import _stream_hint
+    from trainer_core.plan import stream_hint
     for pack in PACKS.values():
         project = Project.create(tmp_path / pack.id, pack.id)
-        hint = _stream_hint(project)
+        hint = stream_hint(project)
         assert f"precompute.{pack.teacher_control}" in hint
         if pack.teacher_control != "teacher_mode":
             assert "teacher_mode" not in hint

@@ -1,6 +1,6 @@
 """Issue 38: the plan places the teacher where the teacher itself goes. For every pack whose teacher
 `precompute.teacher_mode` places, on a grid of card budgets around what that teacher needs resident,
-the plan's mode (plan_estimate.placement, the text the GUI and `gguf-trainer plan` show) equals the mode
+the plan's mode (plan.placement, the text the GUI and `gguf-trainer plan` show) equals the mode
 the pack's teacher module takes on a CUDA device (`choose_mode`, what its constructor calls; no card is
 needed: a set budget is not queried). For a pack placed by `precompute.placement`, the cards and budgets
 the plan fills equal the max_memory the teacher hands accelerate."""
@@ -15,7 +15,7 @@ import torch
 import demo_cache
 from trainer_core.contract.placement import card_budgets
 from trainer_core.packs import DEMO_PACKS, PACKS
-from trainer_core.plan_estimate import placement
+from trainer_core.plan import placement
 from trainer_core.project import Project
 from trainer_core.packs.lookup import resolve_material, teacher_module
 from trainer_core.packs.estimates import teacher_need_gib

@@ -4,20 +4,22 @@ name a fix."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import demo_cache
 from conftest import cli
-from trainer_core import plan as plan_mod
-from trainer_core.base.procs import wait_peak_rss
+from trainer_core.base.procs import run_delays, wait_usage
 from trainer_core.packs import DEMO_PACKS
-from trainer_core.plan import calibrate, make_plan
+from trainer_core.plan import CALIBRATION_FILE, advice, calibrate, make_plan
 from trainer_core.project import Project
 from trainer_core.packs.lookup import resolve_material
 
@@ -26,27 +28,112 @@ def _tree_bytes(*folders: Path) -> int:
     return sum(p.stat().st_size for f in folders for p in f.rglob("*") if p.is_file())
 
 
-def _run_measured(root: Path) -> tuple[float, int]:
-    """`gguf-trainer run`: (wall seconds, peak RSS of the largest process)."""
-    started = time.monotonic()
+class _StageQueues(threading.Thread):
+    """How long the processes under `pid` sat ready to run without a core, read every 20 ms until `done` is set
+    (procs.run_delays; a thread keeps its last reading once it has exited): every thread's of the family, and
+    the main threads' of the stage processes (their command line names trainer_core.stages), which run one at a
+    time. Their idle seconds (test_the_default_plan_matches_the_demo_run says why): at least the wall less every
+    thread's wait and the family's CPU seconds over the cores, at most the wall less the stage processes' main
+    threads' wait."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.done, self.started = pid, threading.Event(), time.monotonic()
+        self.waits: dict[tuple[int, int], float] = {}
+        self.stages: dict[int, bool] = {}
+
+    def run(self) -> None:
+        while not self.done.wait(0.02):
+            try:
+                family = [self.pid, *(c.pid for c in psutil.Process(self.pid).children(recursive=True))]
+            except psutil.Error:
+                continue
+            for pid in family:
+                if pid not in self.stages:
+                    try:
+                        self.stages[pid] = any("trainer_core.stages" in a for a in psutil.Process(pid).cmdline())
+                    except psutil.Error:
+                        continue
+                for tid, seconds in run_delays(pid).items():
+                    self.waits[(pid, tid)] = max(self.waits.get((pid, tid), 0.0), seconds)
+
+    def idle_seconds(self, cpu_seconds: float | None) -> tuple[float, float, float]:
+        """(at least, at most, the wall) since the watch started; `cpu_seconds` the family's."""
+        wall = time.monotonic() - self.started
+        most = wall - sum(s for (pid, tid), s in self.waits.items() if pid == tid and self.stages.get(pid))
+        least = max(wall - sum(self.waits.values()), (cpu_seconds or 0.0) / (os.cpu_count() or 1))
+        return min(least, most), most, wall
+
+
+def _watched(proc: subprocess.Popen, runs: list[tuple[float, float, float]]) -> int:
+    """What wait_peak_rss(proc) returns (this stands in for it in the calibration), the idle seconds of `proc` and
+    its family appended to `runs` (_StageQueues)."""
+    watch = _StageQueues(proc.pid)
+    watch.start()
+    cpu = None
+    try:
+        usage = wait_usage(proc)
+        cpu = usage.cpu_seconds
+        return usage.peak_rss_bytes
+    finally:
+        watch.done.set()
+        watch.join()
+        runs.append(watch.idle_seconds(cpu))
+
+
+def _calibrated(root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, tuple[float, float]]:
+    """The calibrated plan of the project at `root`, and the share of its seconds the calibration would have taken
+    on an idle machine: (at least, at most) of its driver runs' idle seconds over their wall. A loaded machine
+    stretches what the calibration measures, and so the plan, by about that much."""
+    from trainer_core.plan import calibration
+    runs: list[tuple[float, float, float]] = []
+    monkeypatch.setattr(calibration, "wait_peak_rss", lambda proc: _watched(proc, runs))
+    calibrate(Project.open(root))
+    wall = sum(r[2] for r in runs)
+    return make_plan(Project.open(root)), (sum(r[0] for r in runs) / wall, sum(r[1] for r in runs) / wall)
+
+
+def _run_measured(root: Path) -> tuple[tuple[float, float], int]:
+    """`gguf-trainer run`: ((at least, at most) its idle seconds (_StageQueues), peak RSS of the largest process)."""
+    runs: list[tuple[float, float, float]] = []
     proc = subprocess.Popen([sys.executable, "-m", "trainer_core", "run", "--project", str(root)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = wait_peak_rss(proc)
+    peak = _watched(proc, runs)
     assert proc.returncode == 0, proc.stderr.read()[-2000:]
-    return time.monotonic() - started, peak
+    return runs[0][:2], peak
 
 
-def _within_bounds(pack_id: str, what: str, plan: dict, seconds: float, written: int, rss: int) -> None:
-    """The issue's bounds: ×2 of the run's seconds, ±50 % of the bytes it left, ×2 of its largest process's RSS."""
-    ratios = {"seconds": plan["total_seconds"] / seconds, "bytes": plan["total_disk_bytes"] / written,
-              "rss": plan["peak_ram_bytes"] / rss}
-    print(f"{what} {pack_id} " + json.dumps({"planned_s": plan["total_seconds"], "run_s": round(seconds, 1),
+def _within_bounds(pack_id: str, what: str, plan: dict, seconds: tuple[float, float], written: int, rss: int,
+                   share: tuple[float, float] = (1.0, 1.0), **shown: float) -> None:
+    """The issue's bounds: ×2 of the run's seconds, ±50 % of the bytes it left, ×2 of its largest process's RSS.
+    `seconds` is (at least, at most) what the run would take on an idle machine, `share` the same of the plan's
+    seconds (a calibration measured on a loaded machine planned long): some planned figure in its range must be
+    within ×2 of some figure in the run's. Idle, both ranges are one figure, the check the issue states."""
+    least, most = seconds
+    planned = plan["total_seconds"]
+    ratios = {"seconds_of_most": planned * share[0] / most, "seconds_of_least": planned * share[1] / least,
+              "bytes": plan["total_disk_bytes"] / written, "rss": plan["peak_ram_bytes"] / rss}
+    print(f"{what} {pack_id} " + json.dumps({"planned_s": planned, "run_s": [round(least, 1), round(most, 1)],
+                                            "planned_share": [round(v, 2) for v in share],
+                                            **{k: round(v, 1) for k, v in shown.items()},
                                             "planned_bytes": plan["total_disk_bytes"], "written": written,
                                             "planned_rss": plan["peak_ram_bytes"], "peak_rss": rss,
                                             **{f"ratio_{k}": round(v, 2) for k, v in ratios.items()}}))
-    assert 0.5 <= ratios["seconds"] <= 2.0, ratios
+    assert ratios["seconds_of_most"] <= 2.0 and ratios["seconds_of_least"] >= 0.5, ratios
     assert 0.5 <= ratios["bytes"] <= 1.5, ratios
     assert 0.5 <= ratios["rss"] <= 2.0, ratios
+
+
+def _idle_seconds(ran: dict) -> tuple[float, float]:
+    """(at least, at most) the seconds the demo run's processes would take on this machine were nothing else
+    running (test_the_default_plan_matches_the_demo_run says why), summed over its processes."""
+    cores = os.cpu_count() or 1
+    least = most = 0.0
+    for p in ran["processes"]:
+        upper = p["seconds"] - p["queued_seconds"]
+        lower = max(p["seconds"] - p["queued_all_seconds"], (p["cpu_seconds"] or 0.0) / cores)
+        least, most = least + min(lower, upper), most + upper
+    return least, most
 
 
 # The calibration runs the same stage code for every pack; the default suite checks it on the text pack
@@ -58,24 +145,25 @@ CALIBRATED = ("t5xxl_pixart", "qwen35_bridge")
 
 @pytest.mark.parametrize("pack_id", [p if p in CALIBRATED else pytest.param(p, marks=pytest.mark.slow)
                                      for p in DEMO_PACKS])
-def test_the_calibrated_plan_matches_the_run(tmp_path, pack_id):
+def test_the_calibrated_plan_matches_the_run(tmp_path, monkeypatch, pack_id):
+    """The calibration measures wall time, so on a loaded machine its plan is long by about the load's stretch
+    of the calibration; both it and the run are held to what they would take idle (_within_bounds)."""
     root = demo_cache.copy_built(pack_id, tmp_path)
-    calibrate(Project.open(root))
-    planned = make_plan(Project.open(root))
+    planned, share = _calibrated(root, monkeypatch)
     assert planned["calibrated"] and all(s["seconds"] is not None for s in planned["stages"].values())
     assert not (root / ".calibration").exists()
     ran = demo_cache.run_figures(pack_id)
-    _within_bounds(pack_id, "CALIBRATED PLAN", planned, ran["seconds"], ran["written_bytes"], ran["peak_rss_bytes"])
+    _within_bounds(pack_id, "CALIBRATED PLAN", planned, _idle_seconds(ran), ran["written_bytes"],
+                   ran["peak_rss_bytes"], share, wall_s=ran["seconds"])
 
 
-def test_a_run_keeps_its_calibrated_plan_and_status_sets_it_beside_what_happened(tmp_path):
+def test_a_run_keeps_its_calibrated_plan_and_status_sets_it_beside_what_happened(tmp_path, monkeypatch):
     root = demo_cache.copy_built("qwen3_zimage", tmp_path)       # the quickest demo
-    calibrate(Project.open(root))
-    planned = make_plan(Project.open(root))
+    planned, share = _calibrated(root, monkeypatch)
     before = _tree_bytes(root.parent)
-    wall, rss = _run_measured(root)
-    _within_bounds("qwen3_zimage", "CALIBRATED PLAN, run by the driver", planned, wall,
-                   _tree_bytes(root.parent) - before, rss)
+    seconds, rss = _run_measured(root)
+    _within_bounds("qwen3_zimage", "CALIBRATED PLAN, run by the driver", planned, seconds,
+                   _tree_bytes(root.parent) - before, rss, share)
     status = json.loads(cli("status", "--project", str(root), "--json").stdout)
     rows = {row["stage"]: row for row in status["plan"]}
     assert set(rows) == {"corpus", "precompute_val", "precompute_train", "train", "export", "eval"}
@@ -88,15 +176,38 @@ def test_the_default_plan_matches_the_demo_run(tmp_path, pack_id):
     """The plan a user sees first (no Calibrate), made on the demo as built with the session's settings, against
     the run of that demo (tests/demo_cache.py: the stage processes started as the driver starts them): within ×2
     of its seconds, ±50 % of the bytes it left and ×2 of its largest process's peak RSS (issue 40). The run's
-    seconds leave out the driver's own start, which the plan counts (half a second)."""
+    seconds leave out the driver's own start, which the plan counts (half a second).
+
+    The plan's seconds are those of a run on this machine with nothing else running. The suite runs beside other
+    work on two shared cores, which stretches a run's wall time (×1.2–2 at a load of 3–5, ×5–8 at 10–12), so a
+    bound on the wall failed on a loaded machine. Each stage process's own figures (procs.wait_usage) bound the
+    idle run whatever the load, between
+    * at most: its wall less the time its main thread sat ready without a core. What is left is the main
+      thread's CPU and its own waits (for the disk, for torch's worker thread), which another process's load
+      only lengthens, so this is never below the idle wall;
+    * at least: its wall less the time any of its threads sat ready without a core (the load cannot have
+      slowed it by more), and its CPU seconds over the cores (two cores do at most two CPU seconds a second).
+    Idle, no thread waits for a core and both equal the wall: the check is then exactly "within ×2 of the
+    run's wall", so a plan off by 3× fails. Loaded, the range widens and the plan must be within ×2 of some
+    figure in it. CPU seconds alone would not do: the processes are mostly single-threaded, but torch's second
+    thread adds CPU in parallel (CPU ÷ the "at most" figure at a load of 3–5: 1.0 Z-Image, 1.1 PixArt and
+    FLUX.3, 1.2 MageFlow, Qwen-Image and the bridge, 1.3 Ming, 1.35 LLaDA, where a plan within the bound read
+    0.55 of the CPU seconds), and contention inflates CPU time too (×1.2–1.3 at a load of 10–12).
+    Measured on the 2-core VM, planned s against the wall, the range and the CPU s, at a load of 10–12: Z-Image
+    9.9 against 75.7, 9.1–14.5, 14.0; PixArt 12.2 against 67.8, 10.3–13.1, 13.0; LLaDA 20.1 against 192.5,
+    22.3–50.9, 44.6; the bridge 14.4 against 108.2, 16.8–29.6, 28.5 (every demo pack passed; none would have
+    against its wall). Idle (this test alone): Z-Image 10.2, 10.1–10.2, 10.5; PixArt 9.8, 9.6–9.8, 10.8;
+    LLaDA 23.7, 22.6–23.3, 33.2; the bridge 17.7, 17.1–17.5, 20.9 — the range is the wall."""
     ran = demo_cache.run_figures(pack_id)
     plan = make_plan(Project.open(demo_cache.copy_built(pack_id, tmp_path)))
     assert not plan["calibrated"]
-    _within_bounds(pack_id, "DEFAULT PLAN", plan, ran["seconds"], ran["written_bytes"], ran["peak_rss_bytes"])
+    cpu = sum(p["cpu_seconds"] or 0.0 for p in ran["processes"])
+    _within_bounds(pack_id, "DEFAULT PLAN", plan, _idle_seconds(ran), ran["written_bytes"], ran["peak_rss_bytes"],
+                   wall_s=ran["seconds"], cpu_s=cpu)
 
 
 def test_without_a_calibration_the_plan_is_a_rough_estimate_and_says_so(tmp_path):
-    from trainer_core.plan_estimate import SOURCE
+    from trainer_core.plan.estimate import SOURCE
     root = tmp_path / "t5_adapter"
     assert cli("demo", "--project", str(root)).returncode == 0
     plan = make_plan(Project.open(root))
@@ -118,7 +229,7 @@ def test_a_disk_too_small_gets_the_largest_corpus_that_fits(tmp_path, monkeypatc
     shards = planned["stages"]["precompute_train"]["disk_bytes"] + planned["stages"]["precompute_val"]["disk_bytes"]
     other = planned["total_disk_bytes"] - shards
     free = other + shards // 4                             # a quarter of the shards fits
-    monkeypatch.setattr(plan_mod, "free_bytes", lambda path: free)
+    monkeypatch.setattr(advice, "free_bytes", lambda path: free)
     warned = make_plan(project, hw={"cpus": 2, "ram_available_bytes": 64 << 30, "gpus": []})["warnings"]
     n_train, n_val = project.settings.corpus.n_train, project.settings.corpus.n_val
     fit = int((free - other) / (shards / (n_train + n_val)) - n_val)      # beside the val split as it is
@@ -156,7 +267,7 @@ def test_a_teacher_that_does_not_fit_the_card_gets_the_mode_that_would(tmp_path)
 def test_the_placement_follows_the_teachers_rules(tmp_path):
     """teacher_mode auto: resident when the card holds the weights + 3 GiB, else offloaded; LLaDA's
     sequential placement fills the chosen card, then the next, then RAM."""
-    from trainer_core.plan_estimate import placement
+    from trainer_core.plan import placement
     project = Project.create(tmp_path / "m", "qwen3vl_mageflow")
     teacher = resolve_material(project, "teacher")
     teacher.mkdir(parents=True)
@@ -190,9 +301,9 @@ def test_a_long_precompute_says_which_corpus_takes_a_day(tmp_path):
     plan = make_plan(project, hw=hw)
     train_s, val_s = (plan["stages"][f"precompute_{s}"]["seconds"] for s in ("train", "val"))
     n_train = project.settings.corpus.n_train
-    fit = int((plan_mod.LONG_TRAIN_S - val_s) / (train_s / n_train))
+    fit = int((advice.LONG_TRAIN_S - val_s) / (train_s / n_train))
     said = [w for w in plan["warnings"] if w.startswith("Precompute takes")]
-    assert train_s + val_s > plan_mod.LONG_TRAIN_S > val_s and 0 < fit < n_train
+    assert train_s + val_s > advice.LONG_TRAIN_S > val_s and 0 < fit < n_train
     assert len(said) == 1 and f"a corpus of about {fit} train samples (corpus.n_train={fit}) would take a day" in said[0]
 
 
@@ -234,4 +345,4 @@ def test_a_calibration_whose_stage_fails_says_why_and_keeps_its_log(tmp_path):
     log = project.root / ".calibration" / "pipeline.log"
     assert "calibration's corpus stage failed" in str(e.value) and str(log) in str(e.value)
     assert log.is_file() and "corpus" in log.read_text()
-    assert not (project.root / plan_mod.CALIBRATION_FILE).exists()
+    assert not (project.root / CALIBRATION_FILE).exists()

@@ -214,7 +214,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """The pre-flight plan (trainer_core/plan.py): per stage seconds, disk, peak RAM, and warnings."""
+    """The pre-flight plan (trainer_core/plan/): per stage seconds, disk, peak RAM, and warnings."""
     from trainer_core.base.diskspace import human
     from trainer_core.plan import calibrate, make_plan
     project = Project.open(args.project)

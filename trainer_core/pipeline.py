@@ -203,7 +203,7 @@ class Driver:
         return self._finish(outcome, error)
 
     def _keep_plan(self) -> None:
-        """The calibrated plan this run starts under, for planned vs actual (plan.py); none when the
+        """The calibrated plan this run starts under, for planned vs actual (trainer_core/plan/); none when the
         settings changed since the calibration (its figures would not be this run's)."""
         try:
             from trainer_core.plan import CALIBRATION_FILE, make_plan, save_planned, settings_key

@@ -7,21 +7,16 @@ from typing import Any
 
 from trainer_core.base import token_store
 from trainer_core.base.atomic import read_json
-from trainer_core.base.errors import TrainerError
 from trainer_core.contract import checkpoints
-from trainer_core.contract.shards import mock_enabled, read_contract, shard_files, shard_intact
-from trainer_core.packs.base import PIG_CLIP_WIDTH
+from trainer_core.contract.shards import mock_enabled, read_contract
 from trainer_core.materials import all_statuses, is_demo
+from trainer_core.plan import planned_vs_actual
 from trainer_core.project import Project
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import job_status, read_manifest
 from trainer_core.stages import STAGES, stage_done
-from trainer_core.packs.lookup import resolve_material
 
-__all__ = ["status_report", "STAGE_DETAILS", "output_files", "shard_disk_estimate", "planned_vs_actual", "PLAN_FILE",
-           "student_width"]
-
-PLAN_FILE = "plan.json"        # the calibrated plan the last run started under (plan.py writes it)
+__all__ = ["status_report", "STAGE_DETAILS", "output_files"]
 
 STAGE_DETAILS = ("started", "detail", "count", "total", "unit", "step", "planned_steps", "val_cos", "best_val_cos",
                  "error", "eta_s", "rate")
@@ -40,36 +35,6 @@ def output_files(project: Project) -> list[dict[str, Any]]:
         st = extra.stat()
         files.append({"name": extra.name, "path": str(extra), "size": st.st_size, "mtime": st.st_mtime})
     return files
-
-
-def student_width(project: Project) -> int:
-    """The student's hidden size from its config where the tokenizer folder has one."""
-    folder = resolve_material(project, "student_tokenizer")
-    config = read_json(folder / "config.json", None) if folder is not None else None
-    width = config.get("hidden_size") if isinstance(config, dict) else None
-    return width if isinstance(width, int) and width > 0 else PIG_CLIP_WIDTH
-
-
-def shard_disk_estimate(project: Project) -> dict[str, Any]:
-    """Bytes the shards will take: measured on the shards written so far, else from the pack's
-    shapes (the teacher's config, or the real teacher's reference shapes before it is on disk).
-    {samples, per_sample (None: not known before the first shard), total, source}."""
-    c = project.settings.corpus
-    samples = sum(project.pack.corpus_kind.samples(c))
-    files = [f for f in shard_files(project, "train") + shard_files(project, "val") if shard_intact(f)]
-    if files:
-        from trainer_core.contract.shards import Shard
-        done = sum(len(Shard(f)) for f in files)
-        per = sum(f.stat().st_size for f in files) / max(done, 1)
-        source = f"measured on {done} samples"
-    else:
-        try:
-            dims, source = project.pack.teacher_dims(project), "estimated from the pack's shapes"
-        except TrainerError:          # the teacher is not downloaded yet: the real teacher's shapes
-            dims, source = dict(project.pack.reference_dims), "estimated from the real teacher's shapes"
-        per = project.pack.shard_bytes(project, dims, student_width(project)) if dims else None
-    return {"samples": samples, "per_sample": per, "total": None if per is None else per * samples,
-            "source": source if per is not None else "known after the first shard"}
 
 
 def status_report(project: Project) -> dict[str, Any]:
@@ -105,21 +70,3 @@ def status_report(project: Project) -> dict[str, Any]:
             "eval_demo": is_demo(project),
             "plan": planned_vs_actual(project),
             "materials": [m.to_dict() for m in all_statuses(project, online=False)]}
-
-
-def planned_vs_actual(project: Project) -> list[dict[str, Any]]:
-    """Per stage: the planned seconds, disk and peak RAM of plan.json beside the seconds the last run
-    took (state.json); [] when no run started under a calibrated plan."""
-    plan = read_json(project.root / PLAN_FILE, None)
-    if not isinstance(plan, dict):
-        return []
-    state = project.read_state().get("stages", {})
-    rows = []
-    for spec in STAGES:
-        planned, entry = plan.get("stages", {}).get(spec.name, {}), state.get(spec.name, {})
-        started, finished = entry.get("started"), entry.get("finished")
-        rows.append({"stage": spec.name, "planned_seconds": planned.get("seconds"),
-                     "actual_seconds": round(finished - started, 1) if started and finished else None,
-                     "planned_disk_bytes": planned.get("disk_bytes"),
-                     "planned_peak_ram_bytes": planned.get("peak_ram_bytes"), "status": entry.get("status")})
-    return rows

@@ -1,4 +1,4 @@
-"""The Setup tab's Plan panel: what a run will take (trainer_core/plan.py), refreshed with the
+"""The Setup tab's Plan panel: what a run will take (trainer_core/plan/), refreshed with the
 settings, measured on this machine by its Calibrate button, and repeated in the Start confirmation."""
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ import gradio as gr
 from trainer_core.base.config import ConfigError
 from trainer_core.base.errors import TrainerError
 from trainer_core.materials import all_statuses
+from trainer_core.plan import shard_disk_estimate
 from trainer_core.project import Project, remember_last_project
 from trainer_core.runner import runtime_status
-from trainer_core.status import shard_disk_estimate
 
 from ui import materials_panel
 from ui.common import banner, fmt_size
@@ -27,7 +27,7 @@ NO_PROJECT_NOTE = ("**No project open.** Open a project folder above, create one
 
 
 def disk_estimate(project: Project) -> str:
-    """The shards' disk use, as the Setup tab says it (status.shard_disk_estimate)."""
+    """The shards' disk use, as the Setup tab says it (plan.shard_disk_estimate)."""
     est = shard_disk_estimate(project)
     if est["per_sample"] is None:
         return (f"Shards on disk: estimated after the first shard, for {est['samples']} samples, under "

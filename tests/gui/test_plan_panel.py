@@ -1,7 +1,7 @@
 """Issue 20: the Plan panel on the Setup tab and the plan in the Start confirmation."""
 from __future__ import annotations
 
-from trainer_core import plan as plan_mod
+from trainer_core.plan import advice, make_plan
 from trainer_core.project import Project
 from ui import plan_panel, setup_tab
 
@@ -11,7 +11,7 @@ def test_the_plan_panel_shows_every_stage_and_asks_for_a_calibration(ctx):
     panel = out[-3]
     assert "Shards on disk" in panel and "**Plan** — press **Calibrate**" in panel
     project = Project.open(out[0])
-    plan = plan_mod.make_plan(project)
+    plan = make_plan(project)
     for stage, st in plan["stages"].items():               # before a calibration: rough times, said so
         assert f"| {stage} | {plan_panel._seconds(st['seconds'])} |" in panel
     assert "Source: rough estimate" in panel
@@ -23,7 +23,7 @@ def test_a_plan_warning_holds_the_start_until_start_anyway(ctx, monkeypatch):
     project = Project.open(out[0])
     project.update_settings(["precompute.mock_teacher=true"])
     monkeypatch.setattr(setup_tab, "launch_problems", lambda project: [])   # the materials are there: the plan speaks
-    monkeypatch.setattr(plan_mod, "free_bytes", lambda path: 1 << 20)
+    monkeypatch.setattr(advice, "free_bytes", lambda path: 1 << 20)
     message, anyway = setup_tab.start_run(ctx, out[0])
     assert "The plan warns:" in message and "• Not enough disk" in message and "Start anyway" in message
     assert anyway["visible"] is True
@@ -31,7 +31,7 @@ def test_a_plan_warning_holds_the_start_until_start_anyway(ctx, monkeypatch):
     panel = plan_panel.plan_markdown(project)
     assert "\n\n- ⚠ Not enough disk" in panel
     items = [line for line in panel.splitlines() if line.startswith("- ⚠ ")]
-    assert len(items) == len(plan_mod.make_plan(project)["warnings"])
+    assert len(items) == len(make_plan(project)["warnings"])
     assert "\n\nSource: " in panel and "\n\nPlacement: " in panel
 
 

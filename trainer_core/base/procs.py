@@ -6,7 +6,10 @@ the OS recycled after a reboot is not mistaken for a live run.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,8 @@ import psutil
 
 from trainer_core.base.atomic import atomic_write_json, read_json
 
-__all__ = ["LOCK_FD_ENV", "MARKERS", "write_pid_file", "read_pid_file", "pid_alive", "wait_peak_rss"]
+__all__ = ["LOCK_FD_ENV", "MARKERS", "write_pid_file", "read_pid_file", "pid_alive", "wait_peak_rss", "Usage",
+           "wait_usage", "run_delays"]
 
 LOCK_FD_ENV = "GGUF_TRAINER_LOCK_FD"
 MARKERS = ("trainer_core", "gguf-trainer", "gguf_trainer")
@@ -67,12 +71,33 @@ def _high_water(pid: int) -> int:
         return 0
 
 
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """What a finished process took, in figures that a loaded machine does not inflate the way it inflates the
+    wall time. `cpu_seconds`: user + system time of it and of the descendants it waited for (wait4's rusage;
+    None where wait4 is missing, Windows, or another waiter reaped it first). `queued_seconds`: how long its main
+    thread was ready to run but waiting for a core other processes held (the scheduler's run delay,
+    /proc/<pid>/task/<tid>/schedstat); `queued_all_seconds`: the same summed over every thread it had. Both are
+    the process's own, not its descendants', and 0 where the kernel keeps no schedstat (not Linux)."""
+    peak_rss_bytes: int
+    cpu_seconds: float | None
+    queued_seconds: float = 0.0
+    queued_all_seconds: float = 0.0
+
+
 def wait_peak_rss(proc: subprocess.Popen, every_s: float = 0.02) -> int:
-    """Wait for `proc` to exit; the peak RSS in bytes of the largest of it and its descendants, each its own
-    (VmHWM, read every `every_s` until it exits: the high-water mark only grows, so all but a process's last
-    `every_s` are in it). Not ru_maxrss: Linux carries the parent's RSS at the fork into a child's, so a stage
-    started by the GUI would report the GUI's size. 0 where /proc has no VmHWM (not Linux)."""
+    """Wait for `proc` to exit; the peak RSS in bytes of the largest of it and its descendants (wait_usage)."""
+    return wait_usage(proc, every_s).peak_rss_bytes
+
+
+def wait_usage(proc: subprocess.Popen, every_s: float = 0.02) -> Usage:
+    """Wait for `proc` to exit (its returncode set, as Popen.wait sets it); its Usage, read every `every_s` until
+    it exits. The peak RSS is the largest of it and its descendants, each its own (VmHWM: the high-water mark
+    only grows, so all but a process's last `every_s` are in it). Not ru_maxrss: Linux carries the parent's RSS
+    at the fork into a child's, so a stage started by the GUI would report the GUI's size. 0 where /proc has no
+    VmHWM (not Linux). The run delays are each thread's last reading (a thread's last `every_s` is missed)."""
     peaks: dict[int, int] = {}
+    queued: dict[int, float] = {}           # thread id → its run delay so far
     while True:
         try:
             family = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))]
@@ -80,8 +105,45 @@ def wait_peak_rss(proc: subprocess.Popen, every_s: float = 0.02) -> int:
             family = [proc.pid]
         for pid in family:
             peaks[pid] = max(peaks.get(pid, 0), _high_water(pid))
+        for tid, seconds in run_delays(proc.pid).items():      # a delay only grows: a zombie's reading is no less
+            queued[tid] = max(queued.get(tid, 0.0), seconds)
+        cpu, done = _reaped(proc)
+        if done:
+            return Usage(max(peaks.values()), cpu, queued.get(proc.pid, 0.0), sum(queued.values()))
+        time.sleep(every_s)
+
+
+def run_delays(pid: int) -> dict[int, float]:
+    """Seconds each live thread of `pid` has spent ready to run but waiting for a core (schedstat's second
+    field, nanoseconds); {} once the process is gone or where there is no schedstat."""
+    out: dict[int, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
         try:
-            proc.wait(timeout=every_s)
-            return max(peaks.values())
-        except subprocess.TimeoutExpired:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as f:
+                out[int(tid)] = int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
             continue
+    return out
+
+
+def _reaped(proc: subprocess.Popen) -> tuple[float | None, bool]:
+    """(CPU seconds, whether it has exited): reaps `proc` with wait4 once it has, setting its returncode."""
+    if not hasattr(os, "wait4") or proc.returncode is not None:
+        try:
+            proc.wait(timeout=0)
+            return None, True
+        except subprocess.TimeoutExpired:
+            return None, False
+    try:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    except ChildProcessError:                 # reaped by another waiter: the exit is known, its usage is not
+        proc.wait()
+        return None, True
+    if pid == 0:
+        return None, False
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime, True

@@ -1,9 +1,11 @@
 """The plan before a calibration: the placement the settings give on the hardware found, and rough
-figures from the pack's shapes and the throughputs the benches measured (bench/RESULTS.md).
+figures from the pack's shapes and the throughputs the benches measured (bench/RESULTS.md); also the
+sizes both sources share — the samples the corpus settings ask for, the student's width, the adapter the
+settings build and the shards' disk (`shard_disk_estimate`, which the Setup tab and the status show too).
 
 Placement is the teachers' own rule (contract/placement.py): `teacher_mode` auto is `gpu` when the card's
 budget (precompute.gpu_mem_gib, else its total − 1.5 GiB) holds what the pack's teacher says it needs
-resident (`TrainerPack.teacher_need_gib`: its weights plus the pack's headroom), else `offload` (the
+resident (`packs.estimates.teacher_need_gib`: its weights plus the pack's headroom), else `offload` (the
 weights stay in RAM and stream through the card); a pack placed by `placement` fills the chosen card, then
 the other cards with room, then CPU RAM (`sequential`), or splits evenly (`balanced`).
 
@@ -29,14 +31,19 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from trainer_core.base.atomic import read_json
 from trainer_core.base.diskspace import human
+from trainer_core.base.errors import TrainerError
 from trainer_core.contract.placement import card_budget_gib, card_budgets, teacher_mode
+from trainer_core.contract.shards import shard_files, shard_intact
+from trainer_core.packs.base import PIG_CLIP_WIDTH
 from trainer_core.project import Project
 from trainer_core.stages import STAGES
 from trainer_core.packs.lookup import find_material, resolve_material, teacher_material_ids
 from trainer_core.packs.estimates import reference_pixels, teacher_need_gib
 
-__all__ = ["placement", "rough_stages", "teacher_bytes", "train_ram", "SOURCE"]
+__all__ = ["placement", "rough_stages", "teacher_bytes", "train_ram", "SOURCE", "sample_counts", "student_width",
+           "shard_disk_estimate", "adapter_config", "adapter_params"]
 
 SOURCE = ("rough estimate (within ×2 on the demo runs, untested at full size) from the pack's shapes and "
           "bench/RESULTS.md, scaled to this machine; calibrate")
@@ -72,6 +79,60 @@ _MAPPED_CAP = 2**30                  # what stays resident of the memory-mapped 
                                      # drops the rest under pressure)
 
 
+def sample_counts(project: Project) -> tuple[int, int]:
+    """(train, val) samples the corpus settings ask for."""
+    return project.pack.corpus_kind.samples(project.settings.corpus)
+
+
+def student_width(project: Project) -> int:
+    """The student's hidden size from its config where the tokenizer folder has one."""
+    folder = resolve_material(project, "student_tokenizer")
+    config = read_json(folder / "config.json", None) if folder is not None else None
+    width = config.get("hidden_size") if isinstance(config, dict) else None
+    return width if isinstance(width, int) and width > 0 else PIG_CLIP_WIDTH
+
+
+def shard_disk_estimate(project: Project) -> dict[str, Any]:
+    """Bytes the shards will take: measured on the shards written so far, else from the pack's
+    shapes (the teacher's config, or the real teacher's reference shapes before it is on disk).
+    {samples, per_sample (None: not known before the first shard), total, source}."""
+    count = sum(sample_counts(project))
+    files = [f for f in shard_files(project, "train") + shard_files(project, "val") if shard_intact(f)]
+    if files:
+        from trainer_core.contract.shards import Shard
+        done = sum(len(Shard(f)) for f in files)
+        per = sum(f.stat().st_size for f in files) / max(done, 1)
+        source = f"measured on {done} samples"
+    else:
+        try:
+            dims, source = project.pack.teacher_dims(project), "estimated from the pack's shapes"
+        except TrainerError:          # the teacher is not downloaded yet: the real teacher's shapes
+            dims, source = dict(project.pack.reference_dims), "estimated from the real teacher's shapes"
+        per = project.pack.shard_bytes(project, dims, student_width(project)) if dims else None
+    return {"samples": count, "per_sample": per, "total": None if per is None else per * count,
+            "source": source if per is not None else "known after the first shard"}
+
+
+def adapter_config(project: Project) -> Any:
+    """The adapter config the settings build: the pack's config of the teacher's dims (the reference dims while
+    the teacher is not on disk); None for a pack that cannot size its adapter before precompute."""
+    try:
+        dims = project.pack.teacher_dims(project)
+    except TrainerError:
+        dims = dict(project.pack.reference_dims)
+    try:
+        return project.pack.adapter_config(project, student_width(project), dims)
+    except (KeyError, ValueError, TrainerError):
+        return None
+
+
+def adapter_params(project: Project) -> int:
+    """Parameters of that adapter, counted by its kind from the tensors it has (no torch: the GUI process
+    never imports it); 0 when it cannot be sized yet."""
+    config = adapter_config(project)
+    return config.spec.parameter_count(config) if config is not None else 0
+
+
 def teacher_bytes(project: Project) -> int | None:
     """The teacher's weights (every model the pack's precompute loads, pack.teacher_material_ids): the
     safetensors on disk, else the material's size hint (~8.3 GB)."""
@@ -93,7 +154,6 @@ def teacher_bytes(project: Project) -> int | None:
 def _embedding(folder: Any) -> float:
     """vocab × hidden of the config.json in `folder` (its text_config's for a VLM): parameters that
     cost memory but no FLOPs."""
-    from trainer_core.base.atomic import read_json
     config = read_json(folder / "config.json", None) if folder is not None else None
     if not isinstance(config, dict):
         return 0.0
@@ -187,7 +247,6 @@ def _model_params(root: Path | None) -> int:
 
 def _text_shape(folder: Path | None) -> tuple[float, float]:
     """(hidden size, layers) of the config.json in `folder` (its text_config's for a VLM); (0, 0) unknown."""
-    from trainer_core.base.atomic import read_json
     config = read_json(folder / "config.json", None) if folder is not None else None
     if not isinstance(config, dict):
         return 0.0, 0.0
