@@ -29,6 +29,7 @@ import pytest
 
 import demo_cache
 from conftest import REPO
+from demo_fingerprint import machine, recorded_for
 from trainer_core.cli import main as cli_main
 from trainer_core.packs import PACKS as ALL
 from trainer_core.packs.lookup import resolve_material
@@ -62,13 +63,32 @@ def ours_of():
     return get
 
 
+def _the_recorded_export(ours: Ours, pack_id: str) -> None:
+    """Go on only where the demo export is the one the fixture conditions. Its adapters were exported on a machine
+    that reproduces tests/data/demo_hashes.json; a machine that rounds the demo run differently (another float
+    probe, tests/demo_fingerprint.py) trains other bytes, and the engine's rows of those adapters do not apply to
+    its own: that is a skip with its reason, never a pass. Where this machine is known to reproduce the recorded
+    export, a changed export fails."""
+    sha = hashlib.sha256(ours.adapter_path.read_bytes()).hexdigest()
+    if sha == FIXTURE["packs"][pack_id]["gguf_sha256"]:
+        return
+    this = machine()
+    record = recorded_for(this)
+    assert record is None or record["packs"].get(pack_id, {}).get("gguf") != FIXTURE["packs"][pack_id]["gguf_sha256"], (
+        "the demo export changed since tests/data/engine_rows.json was written: run "
+        "`python bench/engine_check.py --all --write-fixture` (it needs g++ and cmake)")
+    pytest.skip(f"this machine (float probe {this['float_probe'][:12]}) exports another demo adapter than the one "
+                "whose engine rows tests/data/engine_rows.json holds; `python bench/engine_check.py --all` runs the "
+                "engine on this machine's own exports")
+
+
 def _infer_argv(ours: Ours, text: str, version: str, out: Path, t5_file: Path) -> list[str]:
     argv = ["infer", "--adapter", str(ours.adapter_path), "--student", str(ours.student_gguf), "--tokenizer",
             str(resolve_material(ours.project, "student_tokenizer")), "--pack", ours.pack.id,
             "--prompt", text, "--out", str(out)]
-    if ours.t5 is not None:
-        ids, _ = ours.t5.window(text, int(ours.adapter.config.num_queries))
-        t5_file.write_text("".join(f"{i}\n" for i in ids))
+    t5_ids = ours.pack.prompt_inputs(ours.project, ours.adapter_path, text, None).get("--t5-ids")
+    if t5_ids is not None:                   # the window the engine takes from the project's T5 tokenizer
+        t5_file.write_text("".join(f"{int(i)}\n" for i in t5_ids))
         argv += ["--t5-ids", str(t5_file)]
     return argv + (["--bank"] if (version in ours.pack.engine.bank_versions) else [])
 
@@ -77,9 +97,7 @@ def _infer_argv(ours: Ours, text: str, version: str, out: Path, t5_file: Path) -
 def test_infer_prompt_gives_the_engines_ids_and_rows(pack_id, ours_of, tmp_path, capsys):
     ours = ours_of(pack_id)
     recorded = FIXTURE["packs"][pack_id]
-    assert hashlib.sha256(ours.adapter_path.read_bytes()).hexdigest() == recorded["gguf_sha256"], (
-        "the demo export changed since tests/data/engine_rows.json was written: run "
-        "`python bench/engine_check.py --all --write-fixture` (it needs g++ and cmake)")
+    _the_recorded_export(ours, pack_id)
     for version, entries in recorded["versions"].items():
         for entry in entries:
             text = entry["prompt"]
@@ -118,6 +136,7 @@ def test_a_reference_image_gives_the_engines_ids_and_rows(pack_id, ours_of, tmp_
     """The trainer's side of the image check (trainer_side/references.py: the pack's preprocessing, template, slots
     and infer, on the check's 16-head tower) against the engine's recorded rows for the same references."""
     ours = ours_of(pack_id)
+    _the_recorded_export(ours, pack_id)
     images = references.reference_images(ours.project.root, None)
     for version, entries in FIXTURE["packs"][pack_id]["images"].items():
         refs = references.references_for(ours, version, images, tmp_path / version)

@@ -12,7 +12,11 @@ session, by the stage processes as the driver starts them):
 * batched precompute equals one sample at a time (the targets, the student rows and the ids of every sample);
 * the pack's teacher equals its own reference forward (`TrainerPack.reference_forward`, plain transformers),
   where the pack supplies one;
-* the engine facts the bench harness reads agree with the pack's hooks.
+* the engine facts the bench harness reads agree with the pack's hooks;
+* the default plan (no Calibrate) is within its bounds of the demo run (tests/plan_bounds.py);
+* the demo exports the bytes recorded for this machine (tests/data/demo_hashes*.json, bench/demo_hashes.py), or,
+  where none are recorded (another machine, a pack from outside), exporting the same checkpoint again writes the
+  same bytes.
 
 GGUF_TRAINER_CONFORMANCE=ID[,ID…] limits the suite to those packs (the run for a pack installed from outside the
 repository, tests/test_pack_template.py).
@@ -29,16 +33,21 @@ import torch
 
 import demo_cache
 from conftest import cli
+from demo_fingerprint import RECORDED, fingerprint, machine, recorded_for
 from numpy_adapters import engine_forward, gguf_tensors
+from plan_bounds import idle_seconds, within_bounds
 from trainer_core.base.events import ListReport
 from trainer_core.packs import DEMO_PACKS, PACKS, TrainerPack
 from trainer_core.packs.lookup import engine_ids, require_material
+from trainer_core.plan import make_plan
 from trainer_core.project import Project
 
 _ONLY = [p for p in os.environ.get("GGUF_TRAINER_CONFORMANCE", "").split(",") if p]
 IDS = [p for p in DEMO_PACKS if not _ONLY or p in _ONLY]
 REFERENCED = [p for p in IDS if PACKS[p].reference_forward is not None]
 PROMPT = "a (red:1.3) fox in the snow, oil painting"
+_HOMES = {id(m.PACK): name for name, m in list(sys.modules.items()) if isinstance(getattr(m, "PACK", None), TrainerPack)}
+OURS = sorted(p for p in PACKS if _HOMES[id(PACKS[p])].startswith("trainer_core.packs."))   # this repository's packs
 
 
 def test_every_pack_has_a_demo_the_suite_can_run():
@@ -165,9 +174,7 @@ def test_the_teacher_equals_the_packs_reference_forward(pack_id, tmp_path):
 
 def test_every_pack_of_this_repository_declares_its_engine_facts():
     """bench/'s engine check reads them; a pack shipped on its own may leave them out."""
-    homes = {id(m.PACK): name for name, m in list(sys.modules.items()) if isinstance(getattr(m, "PACK", None), TrainerPack)}
-    ours = [p.id for p in PACKS.values() if homes[id(p)].startswith("trainer_core.packs.")]
-    assert ours and [p for p in ours if PACKS[p].engine is None] == []
+    assert OURS and [p for p in OURS if PACKS[p].engine is None] == []
 
 
 def test_the_engine_facts_are_consistent():
@@ -175,3 +182,48 @@ def test_the_engine_facts_are_consistent():
         assert pack.engine.versions and set(pack.engine.bank_versions) <= set(pack.engine.versions), pack.id
         assert pack.engine.teacher in ("", "qwen3", "qwen3_vl") and pack.engine.references in ("", "mmproj",
                                                                                               "vision_gguf")
+
+
+@pytest.mark.parametrize("pack_id", IDS)
+def test_the_default_plan_is_within_its_bounds_of_the_demo_run(pack_id, tmp_path):
+    ran = demo_cache.run_figures(pack_id)
+    plan = make_plan(Project.open(demo_cache.copy_built(pack_id, tmp_path)))
+    assert not plan["calibrated"]
+    cpu = sum(p["cpu_seconds"] or 0.0 for p in ran["processes"])
+    within_bounds(pack_id, "DEFAULT PLAN", plan, idle_seconds(ran), ran["written_bytes"], ran["peak_rss_bytes"],
+                  wall_s=ran["seconds"], cpu_s=cpu)
+
+
+@pytest.fixture(scope="module")
+def this_machine() -> dict:
+    return machine()
+
+
+def test_the_first_recording_is_of_the_runs_the_suite_shares():
+    first = json.loads(RECORDED.read_text())
+    assert first["settings"] == list(demo_cache.SETTINGS) and set(first["packs"]) == set(OURS)
+
+
+@pytest.mark.parametrize("pack_id", IDS)
+def test_the_demo_exports_the_recorded_bytes(pack_id, tmp_path, this_machine):
+    """Exports must not change across refactors: the shared demo run (tests/demo_cache.py, the stage processes)
+    writes the bytes `gguf-trainer run` wrote when bench/demo_hashes.py recorded them on this kind of machine.
+    Float results depend on the CPU and the torch build; where nothing is recorded for this machine or pack, the
+    same checkpoint exported and evaluated again must write the same bytes."""
+    root = demo_cache.copy_trained(pack_id, tmp_path)
+    got = fingerprint(root)
+    first = json.loads(RECORDED.read_text())["packs"]
+    if pack_id in first:                                  # the files it writes are the same on every machine
+        assert got["extras"].keys() == first[pack_id]["extras"].keys()
+    record = recorded_for(this_machine)
+    if record is not None and pack_id in record["packs"]:
+        assert record["settings"] == list(demo_cache.SETTINGS)
+        want = {k: record["packs"][pack_id][k] for k in ("gguf", "extras", "eval")}
+        assert got == want, (f"{pack_id}: the export or eval.json changed from the run recorded on this kind of "
+                             f"machine ({record.get('recorded', '')}); if only the machine differs (float probe "
+                             f"{this_machine['float_probe'][:12]}), record it: bench/demo_hashes.py --write")
+        return
+    from trainer_core.stages import evaluate, export
+    assert export.run(Project.open(root), ListReport(), lambda: False) == "done"
+    assert evaluate.run(Project.open(root), ListReport(), lambda: False) == "done"
+    assert fingerprint(root) == got
