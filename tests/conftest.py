@@ -83,6 +83,22 @@ def cli(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess
                           text=True, timeout=timeout, env=env, cwd=cwd)
 
 
+def cli_here(*args: str) -> subprocess.CompletedProcess:
+    """`gguf-trainer ARGS` through the command's own entry point in this process: what cli() returns, without an
+    interpreter and torch to start (for a command that leaves no process state behind, such as infer)."""
+    import contextlib
+    import io
+
+    from trainer_core.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+    return subprocess.CompletedProcess(["gguf-trainer", *args], code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
 def run_cli():
     return cli

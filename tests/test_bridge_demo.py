@@ -13,7 +13,7 @@ import pytest
 
 from numpy_adapters import bridge_forward, engine_bank_hidden, engine_bank_rows, gguf_tensors
 import demo_cache
-from conftest import cli
+from conftest import cli, cli_here
 from trainer_core.contract.gguf_io import read_gguf_kvs, read_gguf_string_array
 from trainer_core.packs.qwen35_bridge import PACK
 from trainer_core.packs.qwen35_bridge.teacher import tokenizer_arrays
@@ -77,11 +77,11 @@ def test_infer_equals_the_numpy_engine_on_the_trained_file(demo, tmp_path):
     vis_pos = ",".join(f"{s}:{n}" for s, n in runs)
     common = ("infer", "--adapter", str(gguf_path), "--hidden", str(tmp_path / "H.npy"), "--seed-ids",
               str(tmp_path / "seed_ids.txt"), "--vis", str(tmp_path / "V.npy"), "--vis-pos", vis_pos)
-    r = cli(*common, "--out", str(tmp_path / "S.npy"))
+    r = cli_here(*common, "--out", str(tmp_path / "S.npy"))
     assert r.returncode == 0, r.stdout + r.stderr
     _, slots = bridge_forward(w, h, ids, vis, runs)
     np.testing.assert_allclose(np.load(tmp_path / "S.npy"), slots, atol=1e-4, rtol=1e-5)
-    r = cli(*common, "--bank", "--out", str(tmp_path / "B.npy"))
+    r = cli_here(*common, "--bank", "--out", str(tmp_path / "B.npy"))
     assert r.returncode == 0, r.stdout + r.stderr
     bank, _ = bridge_forward(w, h, ids, vis, runs, bank_hidden=engine_bank_hidden(w, h))
     rows = engine_bank_rows(w, len(h))
@@ -90,7 +90,7 @@ def test_infer_equals_the_numpy_engine_on_the_trained_file(demo, tmp_path):
 
     # from a prompt: the student reads the raw text, as the engine's bridge path
     materials = demo.materials_dir
-    r = cli("infer", "--adapter", str(gguf_path), "--student", str(materials / "pig_clip-demo-f16.gguf"),
+    r = cli_here("infer", "--adapter", str(gguf_path), "--student", str(materials / "pig_clip-demo-f16.gguf"),
             "--tokenizer", str(materials / "pig-clip-tokenizer"), "--pack", "qwen35_bridge",
             "--prompt", "a sheep in sunglasses", "--seed-ids", str(tmp_path / "seed_ids.txt"), "--vis",
             str(tmp_path / "V.npy"), "--vis-pos", vis_pos, "--out", str(tmp_path / "P.npy"))

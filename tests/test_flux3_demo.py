@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import demo_cache
-from conftest import cli
+from conftest import cli, cli_here
 from numpy_adapters import gguf_tensors, token_aligned_forward as layerwise_forward
 from trainer_core.packs.qwen3vl_flux3 import PACK
 from trainer_core.project import Project
@@ -44,7 +44,7 @@ def test_the_flux3_demo_trains_exports_and_reads_back(demo, tmp_path):
     weights = gguf_tensors(gguf_path)
     h = np.random.default_rng(0).normal(size=(93, 64)).astype(np.float32)
     np.save(tmp_path / "H.npy", h)
-    r = cli("infer", "--adapter", str(gguf_path), "--hidden", str(tmp_path / "H.npy"), "--out",
+    r = cli_here("infer", "--adapter", str(gguf_path), "--hidden", str(tmp_path / "H.npy"), "--out",
             str(tmp_path / "O.npy"))
     assert r.returncode == 0, r.stdout + r.stderr
     out = np.load(tmp_path / "O.npy")
@@ -53,7 +53,7 @@ def test_the_flux3_demo_trains_exports_and_reads_back(demo, tmp_path):
 
     # from a prompt: the engine's template, padded to 80 rows with pads at position 1, through the student
     materials = demo.materials_dir
-    r = cli("infer", "--adapter", str(gguf_path), "--student", str(materials / "pig_clip-demo-f16.gguf"),
+    r = cli_here("infer", "--adapter", str(gguf_path), "--student", str(materials / "pig_clip-demo-f16.gguf"),
             "--tokenizer", str(materials / "pig-clip-tokenizer"), "--pack", "qwen3vl_flux3",
             "--prompt", "a sheep in sunglasses", "--out", str(tmp_path / "P.npy"))
     assert r.returncode == 0, r.stdout + r.stderr

@@ -1,4 +1,6 @@
-"""`gguf-trainer inspect` and `gguf-trainer infer`, through the real CLI, on files written here."""
+"""`gguf-trainer inspect` and `gguf-trainer infer`, through the real CLI, on files written here: the command's own
+entry point in this process (conftest.cli_here: the same return code and output, without a fresh interpreter and
+torch per call; tests/test_cli_pipeline.py starts the installed command itself)."""
 from __future__ import annotations
 
 import json
@@ -9,9 +11,15 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import cli_here
 from test_gguf_io import CONFIGS, IN, OUT, VIS, W, _state_arrays, _write_raw, export
 from trainer_core.packs.lookup import format_prompt
 from trainer_core.contract.gguf_io import read_adapter_gguf
+
+
+@pytest.fixture
+def run_cli():
+    return cli_here
 
 
 def engine_rows(path: Path, hidden: np.ndarray, **extra) -> np.ndarray:

@@ -15,7 +15,7 @@ import torch
 
 from numpy_adapters import gguf_tensors, ming_forward
 import demo_cache
-from conftest import cli
+from conftest import cli, cli_here
 from trainer_core.packs.ming_image.extras import vision_path
 from trainer_core.contract.adapter_layout import TOKENIZER_JSON
 from trainer_core.packs.ming_image import PACK
@@ -88,21 +88,21 @@ def test_infer_equals_the_numpy_engine_on_the_trained_file(demo, tmp_path):
     (tmp_path / "seed_ids.txt").write_text("".join(f"{i}\n" for i in ids))
     common = ("infer", "--adapter", str(gguf_path), "--hidden", str(tmp_path / "H.npy"), "--seed-ids",
               str(tmp_path / "seed_ids.txt"), "--vis", str(tmp_path / "V.npy"), "--vis-pos", f"{start}:{n_image}")
-    r = cli(*common, "--out", str(tmp_path / "O.npy"))
+    r = cli_here(*common, "--out", str(tmp_path / "O.npy"))
     assert r.returncode == 0, r.stdout + r.stderr
     want = ming_forward(w, h, ids, vis, start)
     got = np.load(tmp_path / "O.npy")
     assert got.shape == (256 + len(ids), 128)
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-5)
-    r = cli(*common, "--bank", "--out", str(tmp_path / "B.npy"))
+    r = cli_here(*common, "--bank", "--out", str(tmp_path / "B.npy"))
     assert r.returncode == 0, r.stdout + r.stderr
     np.testing.assert_allclose(np.load(tmp_path / "B.npy"), want[:256, :96], atol=1e-4, rtol=1e-5)
-    r = cli(*common, "--vis-pos", f"{start}:10,{start + 20}:{n_image - 10}")
+    r = cli_here(*common, "--vis-pos", f"{start}:10,{start + 20}:{n_image - 10}")
     assert r.returncode != 0 and "one input image" in r.stdout + r.stderr
 
     # from a prompt: the student reads the raw text and the Ling ids come from the file's tokenizer
     materials = demo.materials_dir
-    r = cli("infer", "--adapter", str(gguf_path), "--student", str(materials / "pig_clip-demo-f16.gguf"),
+    r = cli_here("infer", "--adapter", str(gguf_path), "--student", str(materials / "pig_clip-demo-f16.gguf"),
             "--tokenizer", str(materials / "pig-clip-tokenizer"), "--pack", "ming_image",
             "--prompt", "make it night", "--vis", str(tmp_path / "V.npy"), "--out", str(tmp_path / "P.npy"))
     assert r.returncode == 0, r.stdout + r.stderr

@@ -212,8 +212,7 @@ def test_logs_follow_the_newest_line_and_hardware_is_filled_on_opening(ctx, brow
     # a log longer than the box (28 lines), with raw tqdm bars in it
     append(0, 60, _tqdm_run("Loading weights", 20) + "Writing model shards: 45%|####5     | 9/20 [00:01<00:02, 5.2it/s]\n"
            "Writing model shards: 100%|##########| 20/20 [00:02<00:00, 5.2it/s]\n")
-    # a load the Hardware tab must see; it ends by itself too, should this test be killed before its cleanup
-    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 600\nwhile time.time() < end: pass"])
+    busy = None
     ARTIFACTS.mkdir(exist_ok=True)
     app, url = serve(ctx, port=free_port(), open_browser=False, block=False)
     try:
@@ -251,7 +250,10 @@ def test_logs_follow_the_newest_line_and_hardware_is_filled_on_opening(ctx, brow
         expect(box).to_have_value(re.compile(r"line 159\n$"), timeout=30_000)
         page.wait_for_function(f"({AT_BOTTOM})(document.querySelector('#log-text textarea'))", timeout=10_000)
 
-        # Hardware: filled on opening, no Refresh; the CPU load is the shared reading, not 0.0
+        # Hardware: filled on opening, no Refresh; the CPU load is the shared reading, not 0.0. A load it must
+        # see, while it reads (it ends by itself too, should this test be killed before its cleanup)
+        busy = subprocess.Popen([sys.executable, "-c",
+                                 "import time\nend = time.time() + 600\nwhile time.time() < end: pass"])
         page.get_by_role("tab", name="Hardware").click()
         table = page.locator("#hw-table table.gt-hardware")
         expect(table).to_contain_text("CPU load", timeout=60_000)
@@ -260,6 +262,8 @@ def test_logs_follow_the_newest_line_and_hardware_is_filled_on_opening(ctx, brow
         assert 0.0 < shown <= 100.0
         assert re.search(rf"CPU load\s*{re.escape(str(shown))}%", table.inner_text())
         assert cpu_load() > 0.0                  # the same function, from this thread, agrees the machine is busy
+        busy.kill()
+        busy.wait()
         shot(page, "hardware-on-open")
 
         # lines that arrived while Logs was hidden: opening it again shows the newest one
@@ -274,6 +278,7 @@ def test_logs_follow_the_newest_line_and_hardware_is_filled_on_opening(ctx, brow
         page.get_by_role("tab", name="Hardware").click()
         expect(table).not_to_have_attribute("data-shown-at", shown_at, timeout=30_000)
     finally:
-        busy.kill()
-        busy.wait()
+        if busy is not None:
+            busy.kill()
+            busy.wait()
         app.close()

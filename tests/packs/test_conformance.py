@@ -96,9 +96,9 @@ def test_inspect_accepts_the_adapter_and_every_file_beside_it(pack_id, trained):
 def test_infer_on_the_project_equals_the_numpy_engine(pack_id, trained, tmp_path):
     from trainer_core.contract.student import load_student
     project, pack = trained(pack_id), PACKS[pack_id]
-    out = tmp_path / "rows.npy"
-    r = cli("infer", "--project", str(project.root), "--prompt", PROMPT, "--out", str(out), "--json")
-    assert r.returncode == 0, r.stdout + r.stderr
+    from trainer_core.cli import main as cli_main
+    out = tmp_path / "rows.npy"                      # the command's own entry point, in this process
+    assert cli_main(["infer", "--project", str(project.root), "--prompt", PROMPT, "--out", str(out)]) == 0
     student = load_student(require_material(project, "student"), require_material(project, "student_tokenizer"))
     rows = pack.student_states(student, PROMPT)
     given = pack.prompt_inputs(project, project.gguf_path(), PROMPT, None)
