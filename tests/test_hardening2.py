@@ -9,6 +9,7 @@ import dataclasses
 import errno
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -44,29 +45,60 @@ def one_sentence(r: subprocess.CompletedProcess, *needles: str) -> str:
 
 # ---------------------------------------------------------------- 1: a damaged shard is never skipped
 
-def test_a_truncated_train_shard_is_refused_by_train_and_rebuilt_by_precompute(trained):
-    shard = trained / "shards" / "train" / "train-00001.safetensors"
-    whole = shard.stat().st_size
-    os.truncate(shard, whole // 2)
-    cli("set", "--project", str(trained), "--set", f"train.steps={demo_cache.STEPS + 20}")
+def _flip_data_byte(shard: Path) -> None:
+    """One byte of the data section changed in place: size and header intact."""
+    import struct
+    with open(shard, "r+b") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        middle = 8 + n + (shard.stat().st_size - 8 - n) // 2
+        f.seek(middle)
+        byte = f.read(1)
+        f.seek(middle)
+        f.write(bytes([byte[0] ^ 0x5A]))
+
+
+def test_shards_that_are_not_what_precompute_wrote_are_refused_by_name_and_a_run_recomputes_them(trained, tmp_path):
+    """Issue 55 items 1-2: a truncated shard, a copy of another shard under a shard's name, flipped data bytes, a
+    shard missing and a copy saved under a name the corpus does not need. Train refuses naming each (exit 2,
+    nothing trained); a full run recomputes exactly those and ends on the GGUF of an undamaged run."""
+    more = ("set", "--set", f"train.steps={demo_cache.STEPS + 20}")
+    reference = demo_cache.copy_trained(PACK, tmp_path / "reference")
+    assert cli(more[0], "--project", str(reference), *more[1:]).returncode == 0
+    assert cli("run", "--project", str(reference), timeout=300).returncode == 0
+    want = Project.open(reference).gguf_path().read_bytes()
+
+    folder = trained / "shards" / "train"
+    shards = [folder / f"train-{i:05d}.safetensors" for i in range(3)]
+    original = {p.name: p.read_bytes() for p in shards}
+    assert cli(more[0], "--project", str(trained), *more[1:]).returncode == 0
     before = tree(trained / "checkpoints")
+
+    os.truncate(shards[2], shards[2].stat().st_size // 2)
     r = cli("run", "--project", str(trained), "--only", "train")
     assert r.returncode == 2
-    one_sentence(r, str(shard), "damaged", "--only precompute_train")
-    assert tree(trained / "checkpoints") == before                # nothing trained on two of three shards
-    # the full run recomputes the damaged shard (and only it), then trains on all three
-    r = cli("run", "--project", str(trained), "--only", "precompute_train", "train", timeout=300)
+    one_sentence(r, "train-00002.safetensors: damaged, shorter than its header says", "--only precompute_train")
+
+    shards[2].write_bytes(original[shards[2].name])
+    _flip_data_byte(shards[2])
+    shutil.copyfile(shards[0], shards[1])
+    r = cli("run", "--project", str(trained), "--only", "train")
+    assert r.returncode == 2
+    one_sentence(r, "train-00001.safetensors: damaged, it holds train shard 0's data",
+                 "train-00002.safetensors: damaged, its data changed since precompute wrote it")
+
+    shards[1].unlink()
+    shutil.copyfile(shards[0], folder / "train-00005.safetensors")
+    r = cli("run", "--project", str(trained), "--only", "train")
+    assert r.returncode == 2
+    out = one_sentence(r, "train-00001.safetensors: missing", "train-00002.safetensors: damaged")
+    assert "train-00000" not in out and "train-00005" not in out
+    assert tree(trained / "checkpoints") == before                # nothing trained on the wrong data
+
+    r = cli("run", "--project", str(trained), timeout=300)
     assert r.returncode == 0, r.stdout[-2000:]
-    assert shard.stat().st_size == whole
-    assert "3 train / 1 val shards" in r.stdout
-
-
-def test_a_missing_shard_is_refused_too(trained):
-    (trained / "shards" / "train" / "train-00002.safetensors").unlink()
-    cli("set", "--project", str(trained), "--set", f"train.steps={demo_cache.STEPS + 20}")
-    r = cli("run", "--project", str(trained), "--only", "train")
-    assert r.returncode == 2
-    one_sentence(r, "holds 2 of the 3 train shards")
+    assert {p.name: p.read_bytes() for p in shards} == original   # recomputed, byte for byte
+    assert not (folder / "train-00005.safetensors").exists()
+    assert Project.open(trained).gguf_path().read_bytes() == want
 
 
 # ---------------------------------------------------------------- 2: tracebacks on odd paths

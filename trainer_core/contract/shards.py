@@ -3,8 +3,11 @@
 One shard is `shards/<split>/<split>-NNNNN.safetensors` (memory-mappable, no pickle), written
 to a temp name, fsynced and renamed: a file under its final name is complete, a shard that
 exists is done — unless it was damaged since: a shard whose safetensors header does not parse, or
-that is shorter than its header says (`shard_intact`, cheap), is not counted and precompute
-deletes and recomputes it. The schema (docs/SHARDS.md):
+that is shorter than its header says (`shard_intact`, cheap), or whose header names another split
+or index than its file name (a copy of another shard), is not counted. Its header also records the
+sha256 of its data section (`data_sha256`): `shard_problem` reads the data once per process and
+compares, so train and eval refuse a shard whose bytes changed, naming it, and a run's precompute
+deletes and recomputes exactly the shards that fail. The schema (docs/SHARDS.md):
 
     tensors   ids      int32 [T]           student token ids of every sample, packed
               len      int32 [S]           student tokens per sample (offsets = cumsum)
@@ -17,11 +20,13 @@ deletes and recomputes it. The schema (docs/SHARDS.md):
               + pack extras (seeded: seed_ids int32 [S, window], seed_len int32 [S]; layerwise:
                 n_real int32 [S], pad_multiple int32 [1], n_taps int32 [1], and `len` = `t_len` =
                 n_real + 1: the real rows and ONE pad row, which the reader repeats)
-    metadata  one key, "gguf_trainer": JSON {"meta": {pack, kind, contract, mock_teacher,
-                             teacher_mode, student, split, shard, samples, in_dim, out_dim,
-                             num_queries, storage}, "prompts": [the S prompts in the shard's
-                             (length-sorted) order]}  (one key: safetensors writes its metadata
-                             map in hash order, so several keys would change the bytes per run)
+    metadata  one key, "gguf_trainer": JSON {"data_sha256": sha256 of the bytes after the header,
+                             "meta": {pack, kind, contract, mock_teacher, teacher_mode, student,
+                             split, shard, samples, in_dim, out_dim, num_queries, storage},
+                             "prompts": [the S prompts in the shard's (length-sorted) order]}
+                             (one key: safetensors writes its metadata map in hash order, so
+                             several keys would change the bytes per run; shards written before
+                             data_sha256 have none and are checked by their header alone)
 
 `shards/<split>/CONTRACT` holds the contract the split's shards were written under: the
 pack's contract string, plus " mock-teacher" when the targets are synthetic. Shards under
@@ -30,6 +35,7 @@ any other contract are stale: they are deleted, and the checkpoints trained on t
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -50,12 +56,15 @@ if TYPE_CHECKING:  # torch stays out of the CLI's and the driver's imports
 __all__ = [
     "MOCK_ENV", "mock_enabled", "contract_for", "shard_path", "shard_files", "write_shard", "Shard",
     "read_contract", "prepare_split", "expected_shards", "valid_shards", "complete_shards", "shard_intact",
-    "load_stats", "split_lines", "target_moments", "rebuild_command", "shard_rebuild_command",
+    "load_stats", "split_lines", "target_moments", "rebuild_command", "shard_rebuild_command", "shard_problem",
+    "split_complete",
 ]
 
 MOCK_ENV = "GGUF_TRAINER_MOCK_TEACHER"
 _NAME = re.compile(r"^(val|train)-(\d{5})\.safetensors$")
 _MAX_HEADER = 100 << 20            # safetensors' own limit on the header's length
+_PLACEHOLDER = "0" * 64            # data_sha256 while the data is written; the digest takes its bytes
+_DIGEST_KEY = b'data_sha256\\": \\"'   # how the key stands in the header (JSON inside a JSON string)
 _intact: dict[tuple[str, int, int], bool] = {}     # (path, size, mtime_ns) → shard_intact's answer
 
 
@@ -104,32 +113,45 @@ def expected_shards(project: ProjectFolder, split: str, lines: int | None = None
     return max(1, math.ceil(lines / size))
 
 
-def valid_shards(project: ProjectFolder, split: str) -> list[Path]:
-    """The split's intact shards, or none when they were written under another contract."""
+def _index_of(path: Path) -> tuple[str, int] | None:
+    m = _NAME.match(path.name)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def valid_shards(project: ProjectFolder, split: str, verify: bool = False) -> list[Path]:
+    """The split's intact shards that are what their names say, or none when they were written under another
+    contract; `verify` also reads each one's data against its digest (shard_problem; once per process)."""
     if read_contract(project, split) != contract_for(project):
         return []
-    return [p for p in shard_files(project, split) if shard_intact(p)]
+    check = shard_problem if verify else _header_problem
+    return [p for p in shard_files(project, split) if shard_intact(p) and check(p) is None]
+
+
+def split_complete(project: ProjectFolder, split: str, verify: bool = False) -> bool:
+    """Whether every shard the corpus needs is on disk, whole and under its own name."""
+    have = {p.name for p in valid_shards(project, split, verify)}
+    return all(shard_path(project, split, i).name in have for i in range(expected_shards(project, split)))
 
 
 def complete_shards(project: ProjectFolder, split: str) -> list[Path]:
-    """Every shard of the split, for a stage that reads them all (train, eval): ModelFileError naming the
-    damaged or missing ones and the command that rebuilds them rather than a run on part of the data."""
+    """Every shard of the split, for a stage that reads them all (train, eval), each read once against its digest:
+    ModelFileError naming the damaged or missing ones and the command that rebuilds them rather than a run on
+    part of the data, or on data that is not what precompute wrote."""
     rebuild = rebuild_command(project.root, split)
     files = shard_files(project, split)
     if not files or read_contract(project, split) != contract_for(project):
         raise ModelFileError(f"{project.shards_dir(split)} holds no {split} shards under the current contract; "
                              f"run precompute first ({rebuild}).")
-    damaged = [p for p in files if not shard_intact(p)]
-    if damaged:
-        raise ModelFileError(f"The {split} shard{'s' if len(damaged) > 1 else ''} "
-                             f"{', '.join(str(p) for p in damaged)} {'are' if len(damaged) > 1 else 'is'} damaged "
-                             f"(shorter than its header says, or not a shard); run {rebuild} to compute "
-                             f"{'them' if len(damaged) > 1 else 'it'} again.")
-    want = expected_shards(project, split)
-    if len(files) < want:
-        raise ModelFileError(f"{project.shards_dir(split)} holds {len(files)} of the {want} {split} shards the "
-                             f"corpus needs; run {rebuild} to compute the rest.")
-    return files
+    wanted = [shard_path(project, split, i) for i in range(expected_shards(project, split))]
+    wrong = [f"{p.name}: missing" if not p.exists() else
+             f"{p.name}: damaged, shorter than its header says or not a shard" if not shard_intact(p) else
+             f"{p.name}: damaged, {why}" if (why := shard_problem(p)) else "" for p in wanted]
+    wrong = [w for w in wrong if w]
+    if wrong:
+        raise ModelFileError(f"The {split} shards in {project.shards_dir(split)} are not the {len(wanted)} precompute "
+                             f"wrote ({'; '.join(wrong)}); run {rebuild} to compute "
+                             f"{'them' if len(wrong) > 1 else 'it'} again.")
+    return wanted
 
 
 def rebuild_command(root: Path | str, split: str) -> str:
@@ -176,6 +198,64 @@ def _header_fits(path: Path, size: int) -> bool:
     return isinstance(header, dict) and 8 + n + max(ends, default=0) <= size
 
 
+_checked: dict[tuple[str, int, int, bool], str | None] = {}
+
+
+def _read_record(path: Path) -> tuple[int, dict]:
+    """(the header's length, the shard's gguf_trainer record) from its header; ValueError when it has none."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    return n, json.loads((header.get("__metadata__") or {})["gguf_trainer"])
+
+
+def _problem(path: Path, data: bool) -> str | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return "missing"
+    key = (str(path), st.st_size, st.st_mtime_ns, data)
+    if key not in _checked:
+        if len(_checked) > 50_000:
+            _checked.clear()
+        _checked[key] = _check(path, data)
+    return _checked[key]
+
+
+def _check(path: Path, data: bool) -> str | None:
+    try:
+        n, record = _read_record(path)
+        meta = record["meta"]
+        named = _index_of(path)
+        if named is not None and (meta.get("split"), meta.get("shard")) != named:
+            return (f"it holds {meta.get('split')} shard {meta.get('shard')}'s data: a copy of another shard under "
+                    f"this name")
+        want = record.get("data_sha256")
+        if not data or want is None:          # written before shards carried their digest: the header only
+            return None
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            f.seek(8 + n)
+            while block := f.read(1 << 22):
+                digest.update(block)
+    except (OSError, ValueError, TypeError, KeyError, struct.error):
+        return "its header cannot be read"
+    if digest.hexdigest() != want:
+        return "its data changed since precompute wrote it"
+    return None
+
+
+def _header_problem(path: Path) -> str | None:
+    """What is wrong with the shard by its header alone (None: nothing): a copy of another shard."""
+    return _problem(path, False)
+
+
+def shard_problem(path: Path) -> str | None:
+    """What is wrong with the shard at `path`, in words (None: nothing): a copy of another shard under its name, or
+    data bytes that are not those its digest was taken of. The data is read once per process and size and mtime."""
+    return _problem(path, True)
+
+
 def prepare_split(project: ProjectFolder, split: str, log: Callable[[str], None], clean_temps: bool = True) -> None:
     """Discard the split's shards if they were written under another contract, and any damaged shard
     (`shard_intact`), then mark it. `clean_temps` removes every leftover temp file (with several
@@ -196,13 +276,16 @@ def prepare_split(project: ProjectFolder, split: str, log: Callable[[str], None]
             log(f"the checkpoints trained on them moved to {archived.name}/; training starts over")
     if clean_temps:
         remove_temps(project, split)
-    # a shard under its final name is whole when written: one that is not was damaged since
-    damaged = [path for path in shard_files(project, split) if not shard_intact(path)]
-    for path in damaged:
+    # a shard under its final name is whole when written: one that is not, or whose bytes or name are not
+    # those precompute wrote, was damaged since
+    damaged = [(path, "truncated or overwritten") if not shard_intact(path) else (path, shard_problem(path))
+               for path in shard_files(project, split)]
+    damaged = [(path, why) for path, why in damaged if why]
+    for path, _ in damaged:
         path.unlink(missing_ok=True)
     if damaged:
-        log(f"{split} shards {', '.join(p.name for p in damaged)} were damaged (truncated or overwritten): "
-            f"deleted, they are computed again")
+        log(f"{split} shards {'; '.join(f'{p.name} ({why})' for p, why in damaged)} were damaged: deleted, "
+            f"they are computed again")
     if have != want:
         atomic_write_text(folder / "CONTRACT", want + "\n")
 
@@ -218,11 +301,25 @@ def remove_temps(project: ProjectFolder, split: str, indices: "set[int] | None" 
 
 
 def write_shard(path: Path, tensors: dict[str, "torch.Tensor"], meta: dict[str, Any], prompts: list[str]) -> None:
+    """The shard, atomically, with the sha256 of its data section in its header: written with a placeholder of
+    the digest's length, the data read back and hashed, the placeholder's bytes overwritten in place."""
     from safetensors.torch import save_file
-    metadata = {"gguf_trainer": json.dumps({"meta": meta, "prompts": prompts}, sort_keys=True, ensure_ascii=False)}
+    record = {"data_sha256": _PLACEHOLDER, "meta": meta, "prompts": prompts}
+    metadata = {"gguf_trainer": json.dumps(record, sort_keys=True, ensure_ascii=False)}
     needs = sum(v.element_size() * v.numel() for v in tensors.values()) + len(metadata["gguf_trainer"])
     with atomic_path(path, needs=needs) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+        with open(tmp, "r+b") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = f.read(n)
+            at = header.find(_DIGEST_KEY + _PLACEHOLDER.encode())     # the first key of the sorted record
+            if at < 0:
+                raise RuntimeError("safetensors wrote the shard's metadata in a form this version cannot read back")
+            digest = hashlib.sha256()
+            while block := f.read(1 << 22):
+                digest.update(block)
+            f.seek(8 + at + len(_DIGEST_KEY))
+            f.write(digest.hexdigest().encode())
 
 
 class Shard:

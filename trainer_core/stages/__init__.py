@@ -16,7 +16,7 @@ from pathlib import Path
 
 from trainer_core.contract import checkpoints
 from trainer_core.project import Project
-from trainer_core.contract.shards import expected_shards, valid_shards
+from trainer_core.contract.shards import split_complete
 
 __all__ = ["StageSpec", "STAGES", "STAGE_NAMES", "stage_done", "stage_wanted", "spec_of"]
 
@@ -62,12 +62,14 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def stage_done(project: Project, name: str) -> bool:
+def stage_done(project: Project, name: str, verify: bool = False) -> bool:
+    """Whether `name`'s result is on disk and current. A precompute split is done when every shard the corpus
+    needs is there, whole and under its own name (by the headers, cheap enough for status); with `verify` (a run
+    deciding what to do) each shard's data is also read against its digest, once per process."""
     if name == "corpus":
         return all(p.is_file() for p in project.corpus_files())
     if name in ("precompute_val", "precompute_train"):
-        split = name.split("_", 1)[1]
-        return len(valid_shards(project, split)) >= expected_shards(project, split)
+        return split_complete(project, name.split("_", 1)[1], verify)
     if name == "train":
         last = checkpoints.read_sidecar(project, checkpoints.LAST)
         return last is not None and last.trained_steps >= project.settings.train.steps
@@ -86,4 +88,4 @@ def stage_wanted(project: Project, name: str, forced: bool = False) -> bool:
     settings = project.reload()
     if name == "eval" and not settings.export.run_eval:
         return False
-    return (forced and spec_of(name).forceable) or not stage_done(project, name)
+    return (forced and spec_of(name).forceable) or not stage_done(project, name, verify=True)
