@@ -56,7 +56,7 @@ def test_a_damaged_or_missing_checkpoint_is_one_clear_error(project):
         checkpoints.load(project, BEST)
     project.checkpoints_dir.mkdir()
     (project.checkpoints_dir / "best.pt").write_bytes(b"\x80\x02 half a file")
-    with pytest.raises(CheckpointError, match="may be damaged"):
+    with pytest.raises(CheckpointError, match="is damaged"):
         checkpoints.load(project, BEST)
 
 

@@ -206,6 +206,7 @@ def run_command(args: argparse.Namespace, command: Callable[[argparse.Namespace]
     exit code, Ctrl-C exits 130, a reader that closed stdout early (`status | head -1`) ends it quietly
     with 141 (128 + SIGPIPE, as a shell reports a pipe writer it cut off)."""
     try:
+        _check_path_arguments(args)
         code = (command or COMMANDS[args.command])(args)
         sys.stdout.flush()              # a closed pipe surfaces here, not in the interpreter's exit
         return code
@@ -224,6 +225,29 @@ def run_command(args: argparse.Namespace, command: Callable[[argparse.Namespace]
             raise
         print(str(sentence), file=sys.stderr)
         return sentence.exit_code
+
+
+# the arguments that name a file or a folder, and how the command line spells them
+PATH_ARGUMENTS = {"project": "--project", "projects_root": "--projects-root", "allow_dir": "--allow-dir",
+                  "file": "FILE", "adapter": "--adapter", "hidden": "--hidden", "student": "--student",
+                  "tokenizer": "--tokenizer", "vis": "--vis", "seed_ids": "--seed-ids", "t5_ids": "--t5-ids",
+                  "out": "--out", "compare": "--compare"}
+
+
+def _check_path_arguments(args: argparse.Namespace) -> None:
+    """A path the filesystem cannot hold (a name or the whole path too long) is one sentence, exit 2, before the
+    command touches anything."""
+    import os
+    from pathlib import Path
+
+    from trainer_core.base.diskspace import path_too_long
+    for attr, flag in PATH_ARGUMENTS.items():
+        values = getattr(args, attr, None)
+        for value in values if isinstance(values, list) else [values]:
+            if isinstance(value, str) and value:
+                problem = path_too_long(flag, Path(os.path.abspath(os.path.expanduser(value))))
+                if problem:
+                    raise UsageError(problem[0].upper() + problem[1:] + ".")
 
 
 def _silence_stdout() -> None:

@@ -70,6 +70,7 @@ def take_snapshot(project: Project, checkpoint: str = "last", fresh: bool = True
                   device: str | None = None, timeout: float = 1800.0,
                   say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Export the checkpoint as a step-tagged GGUF, record it, optionally evaluate it."""
+    project.check_layout()           # a file where the checkpoints or the export go: that sentence, not "none yet"
     while_training = _training_now(project)
     if fresh and while_training and checkpoint in ("last", "best"):
         _wait_for_trainer(project, timeout, say)
@@ -77,10 +78,13 @@ def take_snapshot(project: Project, checkpoint: str = "last", fresh: bool = True
     if not path.is_file():
         kept = sorted(row["id"] for row in checkpoints.kept_steps(project))
         if checkpoint.startswith("step"):
-            raise TrainerError(f"There is no kept step {checkpoint}; kept steps: {', '.join(kept) or 'none'}.")
+            raise checkpoints.NoCheckpointError(f"There is no kept step {checkpoint}; kept steps: "
+                                                f"{', '.join(kept) or 'none'}.")
         if checkpoint == checkpoints.LAST and checkpoints.exists(project, checkpoints.BEST):
-            raise TrainerError("checkpoints/last.pt is missing but best.pt exists; use --checkpoint best.")
-        raise TrainerError("There is no checkpoint yet: the train stage has not saved anything to snapshot.")
+            raise checkpoints.NoCheckpointError("checkpoints/last.pt is missing but best.pt exists; use "
+                                                "--checkpoint best.")
+        raise checkpoints.NoCheckpointError("There is no checkpoint yet: the train stage has not saved anything to "
+                                            "snapshot.")
     ck = checkpoints.load(path)
     step = int(ck["step"])
     out = project.gguf_path(step=step)

@@ -149,7 +149,7 @@ def test_snapshots_on_disk_best_no_fresh_and_eval(project, run_cli):
     assert final.is_file() and all(Path(e["path"]) != final for e in entries)   # never the final file
     assert not project.snapshot_file.exists()
     r = run_cli("snapshot", "--project", str(project.root), "--checkpoint", "step50")
-    assert r.returncode == 1 and "There is no kept step step50" in r.stderr
+    assert r.returncode == 2 and "There is no kept step step50" in r.stderr        # bad input (issue 55)
     status = run_cli("status", "--project", str(project.root)).stdout
     assert f"snapshot step {STEPS}/{STEPS}  last" in status
 

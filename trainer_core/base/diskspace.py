@@ -135,3 +135,16 @@ def fs_limits(path: str | os.PathLike) -> tuple[int, int]:
     nearest existing folder, 255 and 4096 where pathconf cannot say."""
     folder = existing_folder(Path(path))
     return _pathconf(folder, "PC_NAME_MAX", NAME_MAX_FALLBACK), _pathconf(folder, "PC_PATH_MAX", PATH_MAX_FALLBACK)
+
+
+def path_too_long(key: str, path: Path) -> str | None:
+    """One sentence when the filesystem cannot hold `path` (a name or the whole path too long), naming `key` (the
+    setting or the argument that gave it), else None."""
+    name_max, path_max = fs_limits(path)
+    longest = max((len(part.encode("utf-8")) for part in path.parts), default=0)
+    if longest > name_max:
+        return f"{key} has a name of {longest} bytes; this filesystem allows at most {name_max}: choose a shorter name"
+    size = len(str(path).encode("utf-8"))
+    if size >= path_max:
+        return f"{key} is a path of {size} bytes; this filesystem allows at most {path_max - 1}: choose a shorter path"
+    return None

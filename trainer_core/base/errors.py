@@ -11,14 +11,17 @@ shows it in its error banner.
     │   ├── ModelFileError       a GGUF / model / dump file we cannot use as it is
     │   ├── FolderError          a folder we cannot write: read-only, no permission, a file in
     │   │                        the way (base/diskspace.py)
-    │   └── CheckpointNameError  a checkpoint name that is none of last, best, step<N>
-    │                            (contract/checkpoints.py; also a CheckpointError)
+    │   ├── CheckpointNameError  a checkpoint name that is none of last, best, step<N>
+    │   │                        (contract/checkpoints.py; also a CheckpointError)
+    │   ├── CorpusError          a prompt file that is missing, cannot be read or is too small
+    │   ├── DamagedCheckpointError  a checkpoint that cannot be read (contract/checkpoints.py; also a
+    │   │                        CheckpointError)
+    │   └── NoCheckpointError    a checkpoint asked for that is not there (contract/checkpoints.py; also
+    │                            a CheckpointError)
     ├── AlreadyRunningError      the project's run lock is held; exit code 3
-    ├── CorpusError              a prompt file that cannot be read or is too small
     ├── DiskFullError            a write that does not fit on its disk (base/diskspace.py)
     ├── StageNotAvailableError   a stage this version does not implement yet
     ├── CheckpointError          a checkpoint that is missing, damaged or of another format
-    │   └── DamagedCheckpointError  one that cannot be read (contract/checkpoints.py)
     ├── RopeError                a teacher's rotary tables stay broken after the repair
     │                            (packs/rope_guard.py; also a RuntimeError)
     └── DownloadError            a material download the Hub refused, that failed its check
@@ -83,7 +86,7 @@ class AlreadyRunningError(TrainerError):
         self.pid = pid
 
 
-class CorpusError(TrainerError):
+class CorpusError(UsageError):
     pass
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Protocol
 
 from trainer_core.base.atomic import atomic_write_json, read_json
-from trainer_core.base.diskspace import fs_limits
+from trainer_core.base.diskspace import path_too_long
 from trainer_core.base import config, token_store
 from trainer_core.base.config import Settings
 from trainer_core.base.errors import ConfigError, FolderError, NoProjectError, ProjectExistsError, TrainerError
@@ -158,15 +158,9 @@ def path_problems(root: Path, settings: Settings) -> list[str]:
     for key, text in named:
         if not isinstance(text, str) or not text:
             continue
-        path = Path(os.path.normpath(root / os.path.expanduser(text)))
-        name_max, path_max = fs_limits(path)
-        longest = max((len(part.encode("utf-8")) for part in path.parts), default=0)
-        if longest > name_max:
-            problems.append(f"{key} has a name of {longest} bytes; this filesystem allows at most {name_max}: "
-                            "choose a shorter name")
-        elif len(str(path).encode("utf-8")) >= path_max:
-            problems.append(f"{key} is a path of {len(str(path).encode('utf-8'))} bytes; this filesystem allows "
-                            f"at most {path_max - 1}: choose a shorter path")
+        problem = path_too_long(key, Path(os.path.normpath(root / os.path.expanduser(text))))
+        if problem:
+            problems.append(problem)
     return problems
 
 
@@ -413,7 +407,9 @@ class ProjectFolder:
         FolderError naming the path and what to do, before anything is written."""
         files = {self.events_jsonl: "its event log", self.state_json: "the run's state",
                  self.pipeline_log: "the pipeline log", self.eval_json: "the evaluation",
-                 self.gguf_path(): "the exported adapter"}
+                 self.gguf_path(): "the exported adapter",
+                 self.shards_dir("train") / "CONTRACT": "the train shards' contract",
+                 self.shards_dir("val") / "CONTRACT": "the val shards' contract"}
         folders = {self.data_dir: "the corpus", self.materials_dir: "the materials",
                    self.checkpoints_dir: "the checkpoints", self.root / "shards": "the precomputed shards",
                    self.shards_dir("train"): "the train shards", self.shards_dir("val"): "the val shards"}
@@ -423,6 +419,10 @@ class ProjectFolder:
             if path is not None and path.exists() and not path.is_dir():
                 raise FolderError(f"{key} names {path}, which is a file; the export writes into a folder: set "
                                   f"{key} to a folder (`gguf-trainer set --project {self.root} --set {key}=DIR`).")
+        for path, what in {**files, **folders}.items():
+            if path.is_symlink() and not path.exists():
+                raise FolderError(f"{path}, where gguf-trainer keeps {what}, is a link to {os.readlink(path)}, which "
+                                  "does not exist; remove the link (or restore what it points to) and run again.")
         for path, what in files.items():
             if path.is_dir():
                 raise FolderError(f"{path} is a folder where gguf-trainer keeps {what}; move it out of the way (or "

@@ -44,8 +44,12 @@ class CheckpointError(TrainerError):
     """A checkpoint that is missing, damaged, or of another format."""
 
 
-class DamagedCheckpointError(CheckpointError):
-    """A checkpoint file that cannot be read, or is not a gguf-trainer checkpoint."""
+class DamagedCheckpointError(CheckpointError, UsageError):
+    """A checkpoint file that cannot be read, or is not a gguf-trainer checkpoint: a file to replace (exit code 2)."""
+
+
+class NoCheckpointError(CheckpointError, UsageError):
+    """A checkpoint asked for that is not there (no kept step of that name, nothing saved yet): exit code 2."""
 
 
 class CheckpointNameError(CheckpointError, UsageError):
@@ -153,6 +157,19 @@ def _read_back(path: Path) -> Any:
         return torch.load(path, map_location="cpu", weights_only=False)
 
 
+def _instead(path: Path) -> str:
+    """What to use instead of the damaged checkpoint at `path`: the other checkpoints of its project, newest
+    first (last, best and the kept steps)."""
+    folder = path.parent.parent if path.parent.name == _HISTORY else path.parent
+    found = [*folder.glob("*.pt"), *(folder / _HISTORY).glob("step*.pt")]
+    others = sorted((p for p in found if p != path and p.is_file() and p.stat().st_size > 0),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    if not others:
+        return f"delete it and train again (`gguf-trainer reset --project {folder.parent} train`)."
+    return (f"an earlier one can be used ({', '.join(p.stem for p in others)}): `gguf-trainer snapshot --project "
+            f"{folder.parent} --checkpoint {others[0].stem}` exports {others[0].stem}.")
+
+
 def load(project_or_path: "ProjectFolder | Path", which: str = BEST, map_location: Any = "cpu",
          mmap: bool = False) -> dict[str, Any]:
     """A checkpoint's record; refuses a missing, damaged or other-format file with one sentence.
@@ -165,8 +182,8 @@ def load(project_or_path: "ProjectFolder | Path", which: str = BEST, map_locatio
     except FileNotFoundError:
         raise CheckpointError(f"{path} does not exist: the train stage has not saved it yet.") from None
     except Exception as e:
-        raise DamagedCheckpointError(f"{path} cannot be read ({type(e).__name__}: {_first_line(e)}); it may be "
-                                     f"damaged — train again from the other checkpoint.") from None
+        raise DamagedCheckpointError(f"The checkpoint {path} is damaged (cut short or overwritten: it does not read "
+                                     f"as a checkpoint); {_instead(path)}") from e
     if not isinstance(record, dict) or "model" not in record:
         raise DamagedCheckpointError(f"{path} is not a gguf-trainer checkpoint; remove it and train again.")
     found = record.get("format", FORMAT)     # kept steps of earlier versions carry no format: they are 1

@@ -94,8 +94,8 @@ def shard_files(project: ProjectFolder, split: str) -> list[Path]:
 def read_contract(project: ProjectFolder, split: str) -> str | None:
     try:
         text = (project.shards_dir(split) / "CONTRACT").read_text(encoding="utf-8").strip()
-    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
-        return None
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, UnicodeDecodeError):
+        return None              # none readable: the split counts as unmarked (a run's layout check names a folder)
     return text or None
 
 
