@@ -93,3 +93,22 @@ def test_a_deleted_prompt_file_is_bad_input(trained, tmp_path):
     assert r.returncode == 2
     one_sentence(r, f"The prompt file {prompts['train']} (corpus.train_file) does not exist")
     assert Project.open(trained).gguf_path().exists()                  # the earlier export is left as it was
+
+
+def test_a_failed_forced_export_is_shown_failed_with_the_export_still_on_disk(trained):
+    """Item 7: the forced rerun of export failed while the earlier export still stands (newer than best.pt)."""
+    import json
+    best = trained / "checkpoints" / "best.pt"
+    st = best.stat()
+    os.truncate(best, st.st_size // 2)
+    os.utime(best, ns=(st.st_atime_ns, st.st_mtime_ns))             # its date as before: the export looks current
+    gguf = Project.open(trained).gguf_path()
+    r = cli("run", "--project", str(trained), "--only", "export", "--force")
+    assert r.returncode == 2 and gguf.is_file()
+    report = json.loads(cli_here("status", "--project", str(trained), "--json").stdout)
+    row = {s["name"]: s for s in report["stages"]}["export"]
+    assert row["done"] and row["status"] == "failed", row
+    assert row["kept"] == f"the previous export {gguf.name} is still on disk" and "is damaged" in row["error"]
+    line = next(x for x in cli_here("status", "--project", str(trained)).stdout.splitlines()
+                if x.strip().startswith("export"))
+    assert "failed" in line and gguf.name in line

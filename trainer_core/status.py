@@ -19,7 +19,7 @@ from trainer_core.stages import STAGES, stage_done
 __all__ = ["status_report", "STAGE_DETAILS", "output_files"]
 
 STAGE_DETAILS = ("started", "detail", "count", "total", "unit", "step", "planned_steps", "val_cos", "best_val_cos",
-                 "error", "eta_s", "rate")
+                 "error", "eta_s", "rate", "kept")
 
 
 def output_files(project: Project) -> list[dict[str, Any]]:
@@ -37,6 +37,17 @@ def output_files(project: Project) -> list[dict[str, Any]]:
     return files
 
 
+def _result_of(project: Project, stage: str) -> str:
+    """What a stage leaves on disk, in words, for the sentence that names it."""
+    if stage == "export":
+        return f"export {project.gguf_path().name}"
+    if stage == "eval":
+        return f"evaluation {project.eval_json.name}"
+    if stage == "train":
+        return "checkpoint"
+    return "result" if stage == "corpus" else "shards"
+
+
 def status_report(project: Project) -> dict[str, Any]:
     info = runtime_status(project)
     state = project.read_state()
@@ -45,11 +56,15 @@ def status_report(project: Project) -> dict[str, Any]:
         entry = state.get("stages", {}).get(spec.name, {})
         done = stage_done(project, spec.name)
         recorded = entry.get("status", "-")
+        if recorded == "failed" and done:
+            # its last run failed (a forced export, say) while an earlier result still stands: failed, and that
+            # result named as the one on disk, never the green "done"
+            entry = {**entry, "kept": f"the previous {_result_of(project, spec.name)} is still on disk"}
         # done once, but what it made is gone or older than its inputs now (a later stage failed, a resume
         # trained further): "stale", never the green "done" of results that no longer stand
-        stages.append({"name": spec.name, "title": spec.title, "done": done,
-                       "status": "done" if done else "stale" if recorded == "done" else recorded,
-                       **({} if done else {k: entry[k] for k in STAGE_DETAILS if k in entry})})
+        shown = "failed" if recorded == "failed" else "done" if done else "stale" if recorded == "done" else recorded
+        stages.append({"name": spec.name, "title": spec.title, "done": done, "status": shown,
+                       **({} if shown == "done" else {k: entry[k] for k in STAGE_DETAILS if k in entry})})
     last, best = (checkpoints.read_sidecar(project, which) for which in (checkpoints.LAST, checkpoints.BEST))
     return {"project": str(project.root), "pack": project.pack.id, "name": project.settings.name,
             "status": info["status"], "pid": info["pid"], "stage_pid": info["stage_pid"],
