@@ -112,3 +112,19 @@ def test_a_failed_forced_export_is_shown_failed_with_the_export_still_on_disk(tr
     line = next(x for x in cli_here("status", "--project", str(trained)).stdout.splitlines()
                 if x.strip().startswith("export"))
     assert "failed" in line and gguf.name in line
+
+
+@pytest.mark.parametrize("assignment,words", [
+    ("train.depth=100000", ["train.depth=100000 with train.width=", "cannot train on this machine", "fits"]),
+    ("train.device=cuda:64", ["train.device=cuda:64 names a card this machine does not have", "use auto or cpu"]),
+    ("corpus.extra_files=nowhere/prompts.txt", ["corpus.extra_files names", "prompts.txt, which does not exist"]),
+])
+def test_set_refuses_a_value_this_machine_cannot_run(trained, assignment, words):
+    """Item 6: refused at `set`, one sentence, exit 2, project.json as it was (the plan's own RAM rule gives the
+    deepest train.depth that fits; the cards are the ones nvidia-smi lists, none here)."""
+    before = (trained / "project.json").read_bytes()
+    r = cli_here("set", "--project", str(trained), "--set", assignment)
+    assert r.returncode == 2
+    one_sentence(r, *words)
+    assert (trained / "project.json").read_bytes() == before
+    assert cli_here("set", "--project", str(trained), "--set", "train.depth=3").returncode == 0     # one that runs

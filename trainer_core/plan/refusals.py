@@ -1,0 +1,47 @@
+"""Settings that cannot run on this machine, refused at `set` before they are saved (issue 55): a prompt file in
+corpus.extra_files that is not there, a CUDA device this machine does not have, an adapter whose training the
+plan says would not fit the RAM (with the deepest train.depth that would: advice._memory_warnings)."""
+from __future__ import annotations
+
+from typing import Any
+
+from trainer_core.base.config import Settings
+from trainer_core.plan.advice import _memory_warnings
+from trainer_core.plan.make import hardware, make_plan
+from trainer_core.project import Project
+
+__all__ = ["unrunnable_settings"]
+
+DEVICE_KEYS = ("train.device", "precompute.device")
+
+
+def unrunnable_settings(project: Project, after: Settings, changed: list[str],
+                        hw: dict[str, Any] | None = None) -> list[str]:
+    """One sentence per changed setting (`changed`: flat keys) of `after` that cannot run on this machine."""
+    out: list[str] = []
+    if any(key.startswith("corpus.extra_files") for key in changed):
+        for text in after.corpus.extra_files:
+            path = project.resolve_user_path(text)
+            if not path.is_file():
+                what = "is a folder, not a prompt file" if path.is_dir() else "does not exist"
+                out.append(f"corpus.extra_files names {path}, which {what}; give an existing .txt or .jsonl file")
+    devices = [key for key in DEVICE_KEYS if key in changed]
+    sizes = [key for key in ("train.depth", "train.width") if key in changed]
+    if devices or sizes:
+        hw = hw or hardware()
+    for key in devices:
+        value = getattr(getattr(after, key.split(".")[0]), "device")
+        if not value.startswith("cuda"):
+            continue
+        index, cards = int(value.split(":")[1]) if ":" in value else 0, len(hw["gpus"])
+        if index >= cards:
+            have = f"its cards are cuda:0 to cuda:{cards - 1}" if cards else "it has no CUDA card nvidia-smi can see"
+            out.append(f"{key}={value} names a card this machine does not have ({have}); use auto or cpu"
+                       + (" or one of its cards" if cards else ""))
+    if sizes:
+        trial = Project(project.root, after)
+        for warning in _memory_warnings(trial, make_plan(trial, hw), hw):
+            if warning.startswith("The train stage"):
+                out.append(f"train.depth={after.train.depth} with train.width={after.train.width} cannot train on "
+                           f"this machine: {warning[0].lower()}{warning[1:].rstrip('.')}")
+    return out
