@@ -433,16 +433,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_unrunnable(project: Project, assignments: list[str]) -> None:
-    """`set` refuses values this machine cannot run (plan/refusals.py), before anything is saved."""
-    from trainer_core.plan.refusals import unrunnable_settings
-    _, after = project.apply_assignments(project.settings.to_dict(), assignments)
-    b, a = flat_settings(project.settings.to_dict()), flat_settings(after.to_dict())
-    problems = unrunnable_settings(project, after, [key for key in a if a[key] != b.get(key)])
-    if problems:
-        raise UsageError("; ".join(problems) + ".")
-
-
 def cmd_set(args: argparse.Namespace) -> int:
     project = Project.open(args.project)
     if args.steps is None and not args.assignments:
@@ -451,7 +441,8 @@ def cmd_set(args: argparse.Namespace) -> int:
     assignments = list(args.assignments)
     if args.steps is not None:
         assignments.append(f"train.steps={args.steps}")
-    _refuse_unrunnable(project, assignments)
+    from trainer_core.plan.refusals import refuse_unrunnable
+    refuse_unrunnable(project, assignments)
     stale, work = project.work_at_risk(assignments)
     if stale and work:
         if not args.force:

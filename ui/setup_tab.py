@@ -149,6 +149,8 @@ def save_settings(ctx: Ctx, project_path: str | None, token: str, *values: Any) 
     if not assignments:
         return ProjectView.of(ctx, project, "Nothing to save: the settings are unchanged.")
     try:
+        from trainer_core.plan.refusals import refuse_unrunnable
+        refuse_unrunnable(project, assignments)       # a value this machine cannot run: on its field, nothing saved
         stale, work = project.work_at_risk(assignments)
         if stale and work:                   # say what would be discarded; never discard it from a form save
             raise ConfigError([f"Changing {', '.join(stale)} would make this project's work stale "

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer_core.base.config import Settings
+from trainer_core.base.config import Settings, flat_settings
+from trainer_core.base.errors import ConfigError
 from trainer_core.plan.advice import _memory_warnings
 from trainer_core.plan.make import hardware, make_plan
 from trainer_core.project import Project
 
-__all__ = ["unrunnable_settings"]
+__all__ = ["unrunnable_settings", "refuse_unrunnable"]
 
 DEVICE_KEYS = ("train.device", "precompute.device")
 
@@ -45,3 +46,13 @@ def unrunnable_settings(project: Project, after: Settings, changed: list[str],
                 out.append(f"train.depth={after.train.depth} with train.width={after.train.width} cannot train on "
                            f"this machine: {warning[0].lower()}{warning[1:].rstrip('.')}")
     return out
+
+
+def refuse_unrunnable(project: Project, assignments: list[str]) -> None:
+    """ConfigError (one sentence per setting, exit 2 on the CLI, on its field in the GUI) when `assignments` change
+    a setting to a value this machine cannot run; before anything is saved (`set` and the Setup tab's Save)."""
+    _, after = project.apply_assignments(project.settings.to_dict(), assignments)
+    b, a = flat_settings(project.settings.to_dict()), flat_settings(after.to_dict())
+    problems = unrunnable_settings(project, after, [key for key in a if a[key] != b.get(key)])
+    if problems:
+        raise ConfigError(problems)
