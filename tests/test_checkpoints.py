@@ -119,7 +119,7 @@ def test_resume_takes_the_newest_checkpoint_that_reads(project):
     assert (which, record["step"], skipped) == (LAST, 6, [])
     path.write_bytes(path.read_bytes()[:100])                       # truncated
     which, record, skipped = checkpoints.load_resumable(project, needs)
-    assert (which, record["step"]) == (BEST, 4) and len(skipped) == 1 and "last.pt cannot be read" in skipped[0]
+    assert (which, record["step"]) == (BEST, 4) and len(skipped) == 1 and "last.pt is damaged" in skipped[0]
     path.write_bytes(b"garbage garbage garbage")
     assert checkpoints.load_resumable(project, needs)[0] == BEST
     which, record, skipped = checkpoints.load_resumable(project, needs + ("optimizer",))   # best lacks a key

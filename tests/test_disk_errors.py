@@ -156,7 +156,7 @@ def test_the_driver_records_its_final_state_when_the_disk_is_full(tmp_path, monk
                         if fd > 2 else real_write(fd, data))
     code = pipeline.run_pipeline(Project.open(project.root), only=["corpus"])
     state = json.loads(project.state_json.read_text())
-    assert code == 1
+    assert code == 2                                            # the corpus error is bad input (issue 55)
     assert state["status"] == "failed" and state["stages"]["corpus"]["status"] == "failed"
     assert state["error"] and "corpus" in json.dumps(state["stages"]["corpus"])
 

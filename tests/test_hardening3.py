@@ -117,7 +117,6 @@ def test_a_failed_forced_export_is_shown_failed_with_the_export_still_on_disk(tr
 @pytest.mark.parametrize("assignment,words", [
     ("train.depth=100000", ["train.depth=100000 with train.width=", "cannot train on this machine", "fits"]),
     ("train.device=cuda:64", ["train.device=cuda:64 names a card this machine does not have", "use auto or cpu"]),
-    ("corpus.extra_files=nowhere/prompts.txt", ["corpus.extra_files names", "prompts.txt, which does not exist"]),
 ])
 def test_set_refuses_a_value_this_machine_cannot_run(trained, assignment, words):
     """Item 6: refused at `set`, one sentence, exit 2, project.json as it was (the plan's own RAM rule gives the
@@ -128,3 +127,13 @@ def test_set_refuses_a_value_this_machine_cannot_run(trained, assignment, words)
     one_sentence(r, *words)
     assert (trained / "project.json").read_bytes() == before
     assert cli_here("set", "--project", str(trained), "--set", "train.depth=3").returncode == 0     # one that runs
+
+
+def test_set_warns_of_a_prompt_file_that_is_not_there_yet(trained):
+    """Item 6, extra_files: a file the user may still be writing is a warning at `set` (saved); the corpus stage
+    refuses it with one sentence, exit 2, if it is still missing (test_a_deleted_prompt_file_is_bad_input)."""
+    r = cli_here("set", "--project", str(trained), "--set", "corpus.extra_files=nowhere/prompts.txt")
+    assert r.returncode == 0
+    assert f"warning: corpus.extra_files names {trained / 'nowhere' / 'prompts.txt'}, which does not exist (yet)" \
+        in r.stdout
+    assert Project.open(trained).settings.corpus.extra_files == ["nowhere/prompts.txt"]

@@ -33,7 +33,8 @@ from typing import Callable
 from trainer_core import __version__
 from trainer_core.base.config import flat_settings
 from trainer_core.base.errors import TrainerError, UsageError
-from trainer_core.cli_tools import cmd_download, cmd_infer, cmd_inspect, cmd_plan, cmd_snapshot
+from trainer_core.cli_tools import (check_path_arguments, cmd_download, cmd_infer, cmd_inspect, cmd_plan,
+                                    cmd_reset, cmd_snapshot)
 from trainer_core.contract import checkpoints
 from trainer_core.packs import DEMO_PACKS, PACKS
 from trainer_core.pipeline import check_only, run_pipeline
@@ -206,7 +207,7 @@ def run_command(args: argparse.Namespace, command: Callable[[argparse.Namespace]
     exit code, Ctrl-C exits 130, a reader that closed stdout early (`status | head -1`) ends it quietly
     with 141 (128 + SIGPIPE, as a shell reports a pipe writer it cut off)."""
     try:
-        _check_path_arguments(args)
+        check_path_arguments(args)
         code = (command or COMMANDS[args.command])(args)
         sys.stdout.flush()              # a closed pipe surfaces here, not in the interpreter's exit
         return code
@@ -225,29 +226,6 @@ def run_command(args: argparse.Namespace, command: Callable[[argparse.Namespace]
             raise
         print(str(sentence), file=sys.stderr)
         return sentence.exit_code
-
-
-# the arguments that name a file or a folder, and how the command line spells them
-PATH_ARGUMENTS = {"project": "--project", "projects_root": "--projects-root", "allow_dir": "--allow-dir",
-                  "file": "FILE", "adapter": "--adapter", "hidden": "--hidden", "student": "--student",
-                  "tokenizer": "--tokenizer", "vis": "--vis", "seed_ids": "--seed-ids", "t5_ids": "--t5-ids",
-                  "out": "--out", "compare": "--compare"}
-
-
-def _check_path_arguments(args: argparse.Namespace) -> None:
-    """A path the filesystem cannot hold (a name or the whole path too long) is one sentence, exit 2, before the
-    command touches anything."""
-    import os
-    from pathlib import Path
-
-    from trainer_core.base.diskspace import path_too_long
-    for attr, flag in PATH_ARGUMENTS.items():
-        values = getattr(args, attr, None)
-        for value in values if isinstance(values, list) else [values]:
-            if isinstance(value, str) and value:
-                problem = path_too_long(flag, Path(os.path.abspath(os.path.expanduser(value))))
-                if problem:
-                    raise UsageError(problem[0].upper() + problem[1:] + ".")
 
 
 def _silence_stdout() -> None:
@@ -442,7 +420,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     if args.steps is not None:
         assignments.append(f"train.steps={args.steps}")
     from trainer_core.plan.refusals import refuse_unrunnable
-    refuse_unrunnable(project, assignments)
+    warnings = refuse_unrunnable(project, assignments)
     stale, work = project.work_at_risk(assignments)
     if stale and work:
         if not args.force:
@@ -462,6 +440,8 @@ def cmd_set(args: argparse.Namespace) -> int:
         print(f"{key}: {json.dumps(b.get(key))} -> {json.dumps(a[key])}")
     if not changed:
         print("no setting changed")
+    for warning in warnings:
+        print(f"warning: {warning}")
     if "train.steps" in changed:
         _steps_hint(project, after.train.steps)
     return 0
@@ -497,16 +477,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     bars.close_all()
     print(f"demo project ready: {project.root}\n"
           f"run it:  gguf-trainer run --project {project.root}")
-    return 0
-
-
-def cmd_reset(args: argparse.Namespace) -> int:
-    from trainer_core.resets import reset
-    project = Project.open(args.project)
-    removed = reset(project, args.what)
-    for path in removed:
-        print(f"removed {path}")
-    print(f"reset {args.what}: {len(removed)} item(s) removed")
     return 0
 
 

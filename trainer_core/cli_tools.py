@@ -1,5 +1,5 @@
-"""The `gguf-trainer` commands on materials and files: download, snapshot, inspect, infer
-(the parser and the project commands are in cli.py)."""
+"""The `gguf-trainer` commands on materials and files: download, snapshot, inspect, infer, reset, and the check
+of every path argument (the parser and the project commands are in cli.py)."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ from trainer_core.base.errors import TrainerError, UsageError
 from trainer_core.project import Project
 from trainer_core.term_progress import TerminalBars
 
-__all__ = ["cmd_download", "cmd_snapshot", "cmd_inspect", "cmd_infer"]
+__all__ = ["cmd_download", "cmd_snapshot", "cmd_inspect", "cmd_infer", "cmd_reset", "check_path_arguments"]
 
 
 def cmd_download(args: argparse.Namespace) -> int:
@@ -239,4 +239,36 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"  source: {next(iter(plan['stages'].values()))['source']}")
     for w in plan["warnings"]:
         print(f"  WARNING: {w}")
+    return 0
+
+
+# the arguments that name a file or a folder, and how the command line spells them
+PATH_ARGUMENTS = {"project": "--project", "projects_root": "--projects-root", "allow_dir": "--allow-dir",
+                  "file": "FILE", "adapter": "--adapter", "hidden": "--hidden", "student": "--student",
+                  "tokenizer": "--tokenizer", "vis": "--vis", "seed_ids": "--seed-ids", "t5_ids": "--t5-ids",
+                  "out": "--out", "compare": "--compare"}
+
+
+def check_path_arguments(args: argparse.Namespace) -> None:
+    """A path the filesystem cannot hold (a name or the whole path too long) is one sentence, exit 2, before the
+    command touches anything."""
+    import os
+
+    from trainer_core.base.diskspace import path_too_long
+    for attr, flag in PATH_ARGUMENTS.items():
+        values = getattr(args, attr, None)
+        for value in values if isinstance(values, list) else [values]:
+            if isinstance(value, str) and value:
+                problem = path_too_long(flag, Path(os.path.abspath(os.path.expanduser(value))))
+                if problem:
+                    raise UsageError(problem[0].upper() + problem[1:] + ".")
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    from trainer_core.resets import reset
+    project = Project.open(args.project)
+    removed = reset(project, args.what)
+    for path in removed:
+        print(f"removed {path}")
+    print(f"reset {args.what}: {len(removed)} item(s) removed")
     return 0

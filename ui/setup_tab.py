@@ -150,7 +150,7 @@ def save_settings(ctx: Ctx, project_path: str | None, token: str, *values: Any) 
         return ProjectView.of(ctx, project, "Nothing to save: the settings are unchanged.")
     try:
         from trainer_core.plan.refusals import refuse_unrunnable
-        refuse_unrunnable(project, assignments)       # a value this machine cannot run: on its field, nothing saved
+        warnings = refuse_unrunnable(project, assignments)    # a value this machine cannot run: on its field
         stale, work = project.work_at_risk(assignments)
         if stale and work:                   # say what would be discarded; never discard it from a form save
             raise ConfigError([f"Changing {', '.join(stale)} would make this project's work stale "
@@ -162,6 +162,9 @@ def save_settings(ctx: Ctx, project_path: str | None, token: str, *values: Any) 
     except TrainerError as e:              # a read-only folder, a full disk: the sentence, the form kept
         return _not_saved(ctx, project, e, values)
     ctx.supervisor.poke(project.root)
+    if warnings:
+        return ProjectView.of(ctx, project, f"Saved {len(assignments)} setting(s); " + "; ".join(warnings) + ".",
+                              "notice")
     return ProjectView.of(ctx, project, f"Saved {len(assignments)} setting(s).", "ok")
 
 

@@ -32,7 +32,7 @@ import pytest
 import torch
 
 import demo_cache
-from conftest import cli
+from conftest import cli_here
 from demo_fingerprint import RECORDED, fingerprint, machine, recorded_for
 from numpy_adapters import engine_forward, gguf_tensors
 from plan_bounds import idle_seconds, within_bounds
@@ -82,12 +82,12 @@ def test_the_demo_learns_and_evaluates_its_export(pack_id, trained):
 @pytest.mark.parametrize("pack_id", IDS)
 def test_inspect_accepts_the_adapter_and_every_file_beside_it(pack_id, trained):
     project, pack = trained(pack_id), PACKS[pack_id]
-    r = cli("inspect", str(project.gguf_path()), "--json")
+    r = cli_here("inspect", str(project.gguf_path()), "--json")        # the command's entry point, in this process
     info = json.loads(r.stdout)
     assert r.returncode == 0 and info["kind"] == "adapter" and info["variant"] == pack.adapter_kind
     assert info["problems"] == [] and info["kvs"]["adapter.pack"] == pack_id
     for extra in pack.extras.outputs(project):
-        r = cli("inspect", str(extra), "--json")
+        r = cli_here("inspect", str(extra), "--json")
         assert r.returncode == 0, r.stdout + r.stderr
         assert not [p for p in json.loads(r.stdout)["problems"] if p["fatal"]]
 

@@ -1,6 +1,7 @@
-"""Settings that cannot run on this machine, refused at `set` before they are saved (issue 55): a prompt file in
-corpus.extra_files that is not there, a CUDA device this machine does not have, an adapter whose training the
-plan says would not fit the RAM (with the deepest train.depth that would: advice._memory_warnings)."""
+"""Settings that cannot run on this machine, refused at `set` and the Setup tab's Save before they are saved (issue
+55): a CUDA device this machine does not have, an adapter whose training the plan says would not fit the RAM (with
+the deepest train.depth that would: advice._memory_warnings). A prompt file in corpus.extra_files that is not there
+(yet) is a warning there; the corpus stage refuses it with the same sentence (exit 2) if it is still missing."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,7 +12,7 @@ from trainer_core.plan.advice import _memory_warnings
 from trainer_core.plan.make import hardware, make_plan
 from trainer_core.project import Project
 
-__all__ = ["unrunnable_settings", "refuse_unrunnable"]
+__all__ = ["unrunnable_settings", "setting_warnings", "refuse_unrunnable"]
 
 DEVICE_KEYS = ("train.device", "precompute.device")
 
@@ -20,12 +21,6 @@ def unrunnable_settings(project: Project, after: Settings, changed: list[str],
                         hw: dict[str, Any] | None = None) -> list[str]:
     """One sentence per changed setting (`changed`: flat keys) of `after` that cannot run on this machine."""
     out: list[str] = []
-    if any(key.startswith("corpus.extra_files") for key in changed):
-        for text in after.corpus.extra_files:
-            path = project.resolve_user_path(text)
-            if not path.is_file():
-                what = "is a folder, not a prompt file" if path.is_dir() else "does not exist"
-                out.append(f"corpus.extra_files names {path}, which {what}; give an existing .txt or .jsonl file")
     devices = [key for key in DEVICE_KEYS if key in changed]
     sizes = [key for key in ("train.depth", "train.width") if key in changed]
     if devices or sizes:
@@ -48,11 +43,26 @@ def unrunnable_settings(project: Project, after: Settings, changed: list[str],
     return out
 
 
-def refuse_unrunnable(project: Project, assignments: list[str]) -> None:
+def setting_warnings(project: Project, after: Settings, changed: list[str]) -> list[str]:
+    """What a changed setting names that is not there yet: a prompt file of corpus.extra_files."""
+    out = []
+    if any(key.startswith("corpus.extra_files") for key in changed):
+        for text in after.corpus.extra_files:
+            path = project.resolve_user_path(text)
+            if not path.is_file():
+                what = "is a folder, not a prompt file" if path.is_dir() else "does not exist (yet)"
+                out.append(f"corpus.extra_files names {path}, which {what}; the corpus stage needs it there")
+    return out
+
+
+def refuse_unrunnable(project: Project, assignments: list[str]) -> list[str]:
     """ConfigError (one sentence per setting, exit 2 on the CLI, on its field in the GUI) when `assignments` change
-    a setting to a value this machine cannot run; before anything is saved (`set` and the Setup tab's Save)."""
+    a setting to a value this machine cannot run; before anything is saved (`set` and the Setup tab's Save).
+    Returns the warnings to show beside the save (setting_warnings)."""
     _, after = project.apply_assignments(project.settings.to_dict(), assignments)
     b, a = flat_settings(project.settings.to_dict()), flat_settings(after.to_dict())
-    problems = unrunnable_settings(project, after, [key for key in a if a[key] != b.get(key)])
+    changed = [key for key in a if a[key] != b.get(key)]
+    problems = unrunnable_settings(project, after, changed)
     if problems:
         raise ConfigError(problems)
+    return setting_warnings(project, after, changed)
