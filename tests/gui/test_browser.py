@@ -258,9 +258,11 @@ def test_logs_follow_the_newest_line_and_hardware_is_filled_on_opening(ctx, brow
         table = page.locator("#hw-table table.gt-hardware")
         expect(table).to_contain_text("CPU load", timeout=60_000)
         expect(table).to_contain_text("transformers")
-        shown = float(table.get_attribute("data-cpu-pct"))
+        # the attribute and the text of one rendering (the table refreshes itself: two reads could straddle one)
+        pct, text = table.evaluate("t => [t.getAttribute('data-cpu-pct'), t.innerText]")
+        shown = float(pct)
         assert 0.0 < shown <= 100.0
-        assert re.search(rf"CPU load\s*{re.escape(str(shown))}%", table.inner_text())
+        assert re.search(rf"CPU load\s*{re.escape(str(shown))}%", text)
         assert cpu_load() > 0.0                  # the same function, from this thread, agrees the machine is busy
         busy.kill()
         busy.wait()
