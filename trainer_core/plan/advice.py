@@ -12,7 +12,7 @@ from trainer_core.plan.estimate import adapter_config, sample_counts, shard_disk
 from trainer_core.project import Project
 from trainer_core.packs.estimates import teacher_need_gib
 
-__all__ = ["plan_warnings", "stream_hint", "LONG_TRAIN_S"]
+__all__ = ["plan_warnings", "memory_warnings", "stream_hint", "LONG_TRAIN_S"]
 
 LONG_TRAIN_S = 24 * 3600
 
@@ -48,7 +48,7 @@ def plan_warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) ->
         if (not hw["gpus"] or mode == "offload") and weights > ram:
             out.append(f"The teacher does not fit in memory: its weights take ~{human(weights)} and {human(ram)} of "
                        f"RAM is available; {stream_hint(project)}, or free memory.")
-    out += _memory_warnings(project, plan, hw)
+    out += memory_warnings(project, plan, hw)
     seconds = plan["stages"]["train"]["seconds"]
     if seconds and seconds > LONG_TRAIN_S:
         per = seconds / max(project.settings.train.steps, 1)
@@ -108,7 +108,7 @@ def stream_hint(project: Project) -> str:
             f"(precompute.gpu_mem_gib, precompute.cpu_mem_gib bound each)")
 
 
-def _memory_warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> list[str]:
+def memory_warnings(project: Project, plan: dict[str, Any], hw: dict[str, Any]) -> list[str]:
     """The plan's own peak RAM against this machine's: when a stage would need more than the machine has, say
     which and the setting value that fits (for the adapter's stages, the deepest train.depth whose train stage
     the estimate's rule, estimate.train_ram, keeps within 90 % of the RAM)."""

@@ -1,6 +1,6 @@
 """Settings that cannot run on this machine, refused at `set` and the Setup tab's Save before they are saved (issue
 55): a CUDA device this machine does not have, an adapter whose training the plan says would not fit the RAM (with
-the deepest train.depth that would: advice._memory_warnings). A prompt file in corpus.extra_files that is not there
+the deepest train.depth that would: advice.memory_warnings). A prompt file in corpus.extra_files that is not there
 (yet) is a warning there; the corpus stage refuses it with the same sentence (exit 2) if it is still missing."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from trainer_core.base.config import Settings, flat_settings
 from trainer_core.base.errors import ConfigError
-from trainer_core.plan.advice import _memory_warnings
+from trainer_core.plan.advice import memory_warnings
 from trainer_core.plan.make import hardware, make_plan
 from trainer_core.project import Project
 
@@ -36,7 +36,7 @@ def unrunnable_settings(project: Project, after: Settings, changed: list[str],
                        + (" or one of its cards" if cards else ""))
     if sizes:
         trial = Project(project.root, after)
-        for warning in _memory_warnings(trial, make_plan(trial, hw), hw):
+        for warning in memory_warnings(trial, make_plan(trial, hw), hw):
             if warning.startswith("The train stage"):
                 out.append(f"train.depth={after.train.depth} with train.width={after.train.width} cannot train on "
                            f"this machine: {warning[0].lower()}{warning[1:].rstrip('.')}")
