@@ -16,7 +16,9 @@ from trainer_core.materials import DEMO_MARKER
 from trainer_core.packs.eval_guide import DEMO_NOTE, MOCK_NOTE, NO_FIGURE, EvalGuide, eval_lines, machinery_note
 from trainer_core.project import Project
 
-# the product brief's and the reference docs' figures, as the guides must quote them
+PUBLISHED = "gguf-trainer 0.0.14's pack hint (the published package, PyPI)"
+
+# the published figures (gguf-trainer 0.0.14's pack hints), as the guides must quote them
 FIGURES = {
     "llada_image": {"cos_centered": "0.965", "rel_mse": "0.0024"},
     "qwen3vl_mageflow": {"cos": "0.915", "cos_vis": "0.80", "cos_txt": "0.98"},
@@ -33,10 +35,10 @@ def test_every_pack_declares_what_to_judge_and_its_figures(pack_id):
     assert set(guide.keys()) <= set(pack.metric_names)
     assert dict(guide.references) == FIGURES.get(pack_id, {})
     assert guide.good and guide.source
-    if not guide.references:                     # says plainly that none is published, and where it looked
-        assert guide.source.startswith("none") and (".md" in guide.source or "brief" in guide.source)
-    else:
-        assert "brief" in guide.source or ".md" in guide.source
+    if not guide.references:                     # says plainly that none is published
+        assert guide.source.startswith("none") and "published" in guide.source
+    else:                                         # and where a user can read a figure that is
+        assert PUBLISHED in guide.source
 
 
 @pytest.mark.parametrize("pack_id", DEMO_PACKS)
@@ -53,7 +55,7 @@ def test_lines_put_the_figure_beside_the_value_and_say_when_there_is_none():
     lines = mageflow.lines({"cos_slice": 0.9, "cos_vis": 0.7, "cos": 0.85}, mock=False)
     assert lines[:4] == ["judge by cos_slice 0.90000", "cos_vis 0.70000 (reference 0.80)",
                          "cos_txt not in this eval (reference 0.98)", "cos 0.85000 (reference 0.915)"]
-    assert lines[-1].startswith("source: product brief") and MOCK_NOTE not in " ".join(lines)
+    assert lines[-1].startswith(f"source: {PUBLISHED}") and MOCK_NOTE not in " ".join(lines)
     lines = qwenimage.lines({"cos_slice": 0.5}, mock=True)
     assert lines[0].startswith(MOCK_NOTE) and lines[1] == f"judge by cos_slice 0.50000 ({NO_FIGURE})"
     assert eval_lines(None, {"cos": 0.5, "time": 1e9}, ["cos"], True) == [machinery_note(True), "cos 0.50000"]
@@ -87,7 +89,7 @@ def test_status_of_a_real_teacher_run_shows_the_figure_and_no_mock_marker(tmp_pa
     ev = json.loads(project.eval_json.read_text())
     out = cli("status", "--project", str(root)).stdout
     assert f"  eval: {machinery_note(False, True)}\n  eval: judge by cos {ev['cos']:.5f} (reference 0.80–0.83)\n" in out
-    assert "mock teacher" not in out and "eval: source: product brief" in out
+    assert "mock teacher" not in out and f"eval: source: {PUBLISHED}" in out
     (project.materials_dir / DEMO_MARKER).unlink()
     out = cli("status", "--project", str(root)).stdout
     assert "machinery check" not in out

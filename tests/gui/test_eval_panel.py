@@ -28,7 +28,7 @@ def test_the_mock_llada_run_is_marked_and_led_by_its_judged_metric(ctx):
     assert MOCK_NOTE in first.lower() and "machinery check, not a score" in first
     assert judged == f"**Judge by `cos_centered`: {fmt_num(ev['cos_centered'])}** · reference **0.965**"
     assert f"- `rel_mse`: {fmt_num(ev['rel_mse'])} · reference 0.0024" in eval_md
-    assert "product brief" in eval_md and "RTX 5090" in eval_md
+    assert "gguf-trainer 0.0.14's pack hint" in eval_md and "RTX 5090" in eval_md
     rest = eval_md.split("**Other metrics**", 1)[1]
     assert "**cos_rms**" in rest and "cos_centered" not in rest          # each metric once, the judged one first
 
@@ -48,4 +48,4 @@ def test_a_pack_without_a_published_figure_says_so():
     md = output_tab.eval_markdown({"eval": {"cos_slice": 0.5, "cos_edit": 0.4, "cos": 0.45},
                                    "metric_names": list(PACKS["qwen3vl_qwenimage"].metric_names)}, guide)
     assert md.startswith(f"**Judge by `cos_slice`: 0.5000** · {NO_FIGURE}")
-    assert "No reference run exists yet" in md and "**cos**: 0.4500" in md
+    assert "no reference run of Qwen-Image 2.1 with an adapter is published" in md and "**cos**: 0.4500" in md

@@ -155,10 +155,10 @@ PACK = LLaDAPack(
         good="the reference run reached 0.965 / 0.0024; below ~0.9 widen (1536) or deepen the adapter; never judge "
              "by cos_raw, ~0.99 even for a zero prediction",
         references=(("cos_centered", "0.965"), ("rel_mse", "0.0024")),
-        source="product brief (gguf-trainer-brief.txt): val centred cosine / rel_mse of the reference RTX 5090 run, "
+        source="gguf-trainer 0.0.14's pack hint (the published package, PyPI): "
+               "val centred cosine / rel_mse of the reference RTX 5090 run, "
                "20k steps (~55 min); training-val figures whose centred cosine is on standardized rows, while "
-               "eval.json's cos_centered only subtracts the mean: close kin, not the same number "
-               "(engine-contract.md §1, §5.8)"),
+               "eval.json's cos_centered only subtracts the mean: close kin, not the same number"),
     teacher_control="placement",
     reference_dims={"out_dim": OUT_DIM, "num_queries": NUM_QUERIES},
     engine=EngineFacts(versions=("llada_image",)),

@@ -280,7 +280,7 @@ PACK = MingPack(
         headline="cos_centered", also=("cos_centered_cap", "cos_centered_dir", "rel_mse"),
         good="cos_centered is the mean of the caption bank's (cos_centered_cap) and the direct slots' "
              "(cos_centered_dir) centred cosines; compare runs by it and by rel_mse",
-        source="none: \"No reference run exists\" (packs-contract-more.md D.1 §9)"),
+        source="none: no reference run of Ming-Image with an adapter is published"),
     engine=EngineFacts(versions=("ming_image",), raw_prompt=True, references="vision_gguf",
                        vision_tower="trainer_core.packs.ming_image.tower"),
     extras=MingExtras(),

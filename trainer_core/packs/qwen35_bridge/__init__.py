@@ -293,8 +293,8 @@ PACK = BridgePack(
     judge=EvalGuide(
         headline="cos_centered_moss", also=("cos_centered_klein", "rel_mse"),
         good="judge the MOSS slots by cos_centered_moss and the FLUX.3 Klein bank by cos_centered_klein",
-        source="none: packs-contract-more.md D.2 §9 gives only a failure signature (a caption-target run's centred "
-               "bank cos 0.59, but 0.47 against other samples' targets: the bank ignored the prompt)"),
+        source="none: no reference run is published; a known failure signature is a caption-target run's centred "
+               "bank cos 0.59 that is 0.47 against other samples' targets (the bank ignored the prompt)"),
     engine=EngineFacts(versions=("moss_image", "flux3"), bank_versions=("flux3",), raw_prompt=True,
                        references="mmproj",
                        reference_reader="trainer_core.packs.qwen35_bridge.template:load_reference"),

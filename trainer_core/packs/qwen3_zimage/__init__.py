@@ -75,5 +75,5 @@ PACK = TokenAlignedTextPack(
         headline="cos_slice", also=("rel_mse",),
         good="the DiT reads every template row, which cos_slice averages per sample; the tap is pre-norm (a few "
              "huge dimensions run plain cosine high), so compare runs by rel_mse as well",
-        source="none: engine-adapter-families.md §1.1 names no reference run"),
+        source="none: no reference run of Z-Image with an adapter is published"),
 )

@@ -83,6 +83,6 @@ PACK = Flux3Pack(
         headline="cos", also=("cos_tokens", "cos_pads", "rel_mse"),
         good="cos is the per-tap standardized cosine training reports as val cos; cos_tokens and cos_pads split "
              "the real rows from the pad rows",
-        source="none for FLUX.3 Klein: the peer's hint quotes another model's run (Krea 2's 12-tap trainer6 run, "
-               "val cos 0.948) and says to expect ~0.9 (packs-contract-more.md D.3 §8)"),
+        source="none is published for FLUX.3 Klein: gguf-trainer 0.0.14's pack hint (PyPI) quotes another model's "
+               "run (Krea 2's 12-tap run, val cos 0.948) and says to expect ~0.9"),
 )

@@ -96,10 +96,9 @@ PACK = Krea2Pack(
     reference_dims={"out_dim": LAYER_DIM * len(TAPS), "layer_dim": LAYER_DIM, "n_layers": N_LAYERS},
     judge=EvalGuide(
         headline="cos", also=("rel_mse",),
-        good="cos is the per-tap standardized cosine training reports as val cos; the trainer6 12-tap run reached "
-             "0.948",
+        good="cos is the per-tap standardized cosine training reports as val cos; the published 12-tap Krea 2 run "
+             "reached 0.948",
         references=(("cos", "0.948"),),
-        source="the engine's notes: \"the krea2 12-tap trainer6 run reached val cos 0.948\" "
-               "(engine-adapter-families.md §1.2, quoting packs-contract-more.md D.3 §8); a training-val cosine, "
-               "what eval.json's cos measures"),
+        source="gguf-trainer 0.0.14's pack hint (the published package, PyPI): \"the krea2 12-tap run reached val "
+               "cos 0.948\"; a training-val cosine, what eval.json's cos measures"),
 )

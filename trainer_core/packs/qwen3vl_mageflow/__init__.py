@@ -26,7 +26,7 @@ PACK = VisionPack(
     title="MageFlow-Edit (Qwen3-VL-4B-Instruct → token-aligned + vision)",
     description=(
         "Replaces the Qwen3-VL-4B-Instruct text stack of MageFlow-Edit with pig_clip and a "
-        "token-aligned adapter with a vision extension (the trainer5 recipe): a frozen "
+        "token-aligned adapter with a vision extension (the recipe of the published reference run): a frozen "
         "vision_proj (2560 → 1024) and a trained vis_in let the unchanged "
         "mmproj-qwen3vl-4b-it-f16.gguf vision encoder drive editing as well as text-to-image. "
         "Trains on an image corpus (Flickr30k by default) with synthesized edit instructions."
@@ -66,9 +66,10 @@ PACK = VisionPack(
         good="cos_slice covers the rows the DiT consumes; a lagging cos_vis means the vis_in path or the width is "
              "the limit, not the student; the reference run's A/B edits were near-identical to the teacher's",
         references=(("cos_vis", "0.80"), ("cos_txt", "0.98"), ("cos", "0.915")),
-        source="product brief (gguf-trainer-brief.txt): the trainer5 reference run's val cos 0.915, vision "
+        source="gguf-trainer 0.0.14's pack hint (the published package, PyPI): "
+               "the reference run's val cos 0.915, vision "
                "positions 0.80, text 0.98 (raw cosine over every real token, what eval.json's cos / cos_vis / "
-               "cos_txt measure); no figure is published for cos_slice itself (engine-contract.md §2)"),
+               "cos_txt measure); no figure is published for cos_slice itself"),
     reference_forward=vision_text_reference,
     engine=EngineFacts(versions=("mage_flow",), teacher="qwen3_vl", references="mmproj", edit_tokens=True),
     ggk_model_args="--diffusion-model mageflow-edit-turbo-nvfp4.gguf --vae pig_mageflow_vae_fp32-f16.gguf",

@@ -87,6 +87,5 @@ PACK = VisionPack(
         headline="cos_slice", also=("cos_t2i", "cos_edit", "rel_mse"),
         good="cos_slice is exactly the rows the DiT consumes, split into cos_t2i (text-only samples) and cos_edit "
              "(image samples); the pre-norm tap runs plain cosine high, so compare runs by rel_mse as well",
-        source="none: the product brief (gguf-trainer-brief.txt) says \"No reference run exists yet\" "
-               "(engine-contract.md §3 agrees)"),
+        source="none: no reference run of Qwen-Image 2.1 with an adapter is published"),
 )

@@ -59,5 +59,5 @@ PACK = T5EncoderPack(
         headline="cos", also=("rel_mse",),
         good="cos over the rows the DiT reads (real slots, EOS, the first pad slot); PixArt, with the same teacher "
              "and student, plateaus at 0.80–0.83, a guide and not a Chroma figure",
-        source="none: engine-adapter-families.md §1.5 names no reference run"),
+        source="none: no reference run of Chroma with an adapter is published"),
 )

@@ -42,7 +42,8 @@ PACK = T5EncoderPack(
         good="runs plateau at 0.80–0.83 (the 0.6B student is the ceiling); the per-position mean scores ~0.455 and "
              "below ~0.6 the seed or tokenizer path is broken; cos_eos is ~0.99 once the seed works",
         references=(("cos", "0.80–0.83"),),
-        source="product brief (gguf-trainer-brief.txt): the reference run reached val cos 0.827 at 12.5k steps on "
+        source="gguf-trainer 0.0.14's pack hint (the published package, PyPI): "
+               "the reference run reached val cos 0.827 at 12.5k steps on "
                "117k prompts and both reference runs flattened at 0.80–0.83 (val cos: raw cosine over the real "
-               "slots, what eval.json's cos measures); the ~0.6 and cos_eos figures: engine-contract.md §4"),
+               "slots, what eval.json's cos measures); the ~0.6 and cos_eos figures are from the same pack hint"),
 )
