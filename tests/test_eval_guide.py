@@ -90,6 +90,7 @@ def test_status_of_a_real_teacher_run_shows_the_figure_and_no_mock_marker(tmp_pa
     out = cli("status", "--project", str(root)).stdout
     assert f"  eval: {machinery_note(False, True)}\n  eval: judge by cos {ev['cos']:.5f} (reference 0.80–0.83)\n" in out
     assert "mock teacher" not in out and f"eval: source: {PUBLISHED}" in out
+    assert "{" not in out and "  checkpoint best: step " in out          # a table, not JSON (issue 56 item 9)
     (project.materials_dir / DEMO_MARKER).unlink()
     out = cli("status", "--project", str(root)).stdout
     assert "machinery check" not in out

@@ -109,9 +109,9 @@ def test_a_failed_forced_export_is_shown_failed_with_the_export_still_on_disk(tr
     row = {s["name"]: s for s in report["stages"]}["export"]
     assert row["done"] and row["status"] == "failed", row
     assert row["kept"] == f"the previous export {gguf.name} is still on disk" and "is damaged" in row["error"]
-    line = next(x for x in cli_here("status", "--project", str(trained)).stdout.splitlines()
-                if x.strip().startswith("export"))
-    assert "failed" in line and gguf.name in line
+    out = cli_here("status", "--project", str(trained)).stdout
+    line = next(x for x in out.splitlines() if x.strip().startswith("export"))
+    assert "failed" in line and gguf.name in line and "{" not in out       # a table, not a JSON dict (issue 56)
 
 
 @pytest.mark.parametrize("assignment,words", [

@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="show the run and its stages")
     _project(status)
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--json", action="store_true", help="the full report as JSON, for scripts (epoch times, "
+                        "unrounded figures)")
 
     plan = sub.add_parser("plan", help="time, disk and memory of a run before it starts")
     _project(plan)
@@ -363,51 +364,13 @@ def cmd_kill(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from trainer_core.status_text import status_lines
     project = Project.open(args.project)
     report = status_report(project)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    pid = f" (pid {report['pid']})" if report["pid"] else ""
-    print(f"{report['project']}: {report['status']}{pid}  [{report['pack']}, {report['name']}]")
-    if report["status"] == "interrupted":
-        note = (f"; its stage process (pid {report['stage_pid']}) is still saving"
-                if report["stage_pid"] else "")
-        print(f"  the last run stopped without finishing (a crash or a reboot){note}; "
-              f"`gguf-trainer start --project {report['project']}` resumes it")
-    for stage in report["stages"]:
-        extra = {k: v for k, v in stage.items() if k not in ("name", "title", "done", "status")}
-        print(f"  {stage['name']:<18} {stage['status']:<10} {json.dumps(extra) if extra else ''}".rstrip())
-    for which in ("last", "best"):
-        sidecar = report["checkpoints"][which]
-        if isinstance(sidecar, dict):
-            print(f"  checkpoint {which}: step {sidecar.get('step')} (val cos {sidecar.get('val_cos')})")
-    from trainer_core.packs.eval_guide import eval_lines      # the judged metric and its figure first
-    ev, guide = report["eval"] or {}, project.pack.judge
-    for line in eval_lines(guide, ev, report["metric_names"], report["eval_mock"], report["eval_demo"]) if ev else []:
-        print(f"  eval: {line}")
-    for entry in report["outputs"]:
-        print(f"  output {entry['name']}  {entry['size']:,} bytes")
-    for entry in report["snapshots"]:
-        ev = entry.get("eval") or {}
-        key = next((k for k in (guide.headline if guide else "", "cos_centered", "cos_slice", "cos") if k in ev), None)
-        shown = f"  eval {key} {ev[key]:.5f}" if key else ""
-        print(f"  snapshot step {entry['step']}/{entry['planned_steps']}  {entry['checkpoint']}  "
-              f"val cos {entry['val_cos']}{shown}  {entry['path']}")
-    if any(row["actual_seconds"] is not None for row in report["plan"]):
-        print("  planned vs actual: " + ", ".join(
-            f"{row['stage']} {row['planned_seconds']:.0f}/{row['actual_seconds']:.0f} s" for row in report["plan"]
-            if row["actual_seconds"] is not None and row["planned_seconds"] is not None))
-    job = report["snapshot_job"]
-    if job.get("status") in ("running", "failed"):
-        what = job.get("phase") if job["status"] == "running" else job.get("error")
-        print(f"  snapshot job: {job['status']} — {what}")
-    if report["ggk_command"]:
-        print(f"  use it: {report['ggk_command']}")
-        if project.pack.ggk_edit_args:
-            print(f"  to edit images, add: {project.pack.ggk_edit_args}")
-    if report["error"] and report["status"] == "failed":
-        print(f"  last error: {report['error']} (see {project.pipeline_log})")
+    print("\n".join(status_lines(report, project.pack.judge, project.pack.ggk_edit_args, str(project.pipeline_log))))
     return 0
 
 

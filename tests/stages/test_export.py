@@ -151,7 +151,7 @@ def test_snapshots_on_disk_best_no_fresh_and_eval(project, run_cli):
     r = run_cli("snapshot", "--project", str(project.root), "--checkpoint", "step50")
     assert r.returncode == 2 and "There is no kept step step50" in r.stderr        # bad input (issue 55)
     status = run_cli("status", "--project", str(project.root)).stdout
-    assert f"snapshot step {STEPS}/{STEPS}  last" in status
+    assert f"snapshot step {STEPS} / {STEPS} (last)" in status
 
 
 def test_snapshot_after_a_stop_and_as_a_detached_job(project, run_cli):
