@@ -6,8 +6,10 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -244,10 +246,43 @@ def test_download_cli_links_reports_and_fails_clearly_offline(project, repos, tm
     env.pop("HF_HUB_OFFLINE", None)
     r = subprocess.run([sys.executable, "-m", "trainer_core", "download", "--project", str(project.root),
                         "--id", "teacher"], capture_output=True, text=True, timeout=120, env=env)
-    assert r.returncode == 1 and "cannot list callgg/t5-v1_1-xxl-encoder-bf16" in r.stderr
+    # one probe, no retries (issue 56: 54 s of retry lines before the sentence), and one sentence
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Retry" not in r.stderr, r.stderr
+    assert r.stderr.startswith("Nothing was downloaded for teacher: the Hugging Face Hub (http://127.0.0.1:9) "
+                               "cannot be reached")
     r = subprocess.run([sys.executable, "-m", "trainer_core", "download", "--project", str(project.root),
                         "--id", "nope"], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode != 0 and "no such material" in r.stderr
+
+
+def test_a_hub_that_never_answers_costs_one_probe_and_one_sentence(project):
+    """A network that swallows requests (a captive portal, a dead proxy): the connection opens, no answer
+    comes. `download` waits once, for cli_tools.HUB_PROBE_S, and says so; no listing, no retry."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(server.accept()[0])     # held open, never read, never answered
+            except OSError:
+                return
+    threading.Thread(target=accept, daemon=True).start()
+    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{server.getsockname()[1]}", PYTHONPATH=str(REPO))
+    env.pop("HF_HUB_OFFLINE", None)
+    try:
+        r = subprocess.run([sys.executable, "-m", "trainer_core", "download", "--project", str(project.root)],
+                           capture_output=True, text=True, timeout=120, env=env)
+    finally:
+        server.close()
+        for conn in accepted:
+            conn.close()
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("Nothing was downloaded for student_tokenizer, teacher: the Hugging Face Hub") \
+        and "cannot be reached: timed out" in r.stderr
+    assert len(accepted) == 1                     # the probe; nothing after it
 
 
 def test_ctrl_c_exits_130_and_the_token_never_reaches_a_log(hub, project):

@@ -14,6 +14,8 @@ from trainer_core.term_progress import TerminalBars
 
 __all__ = ["cmd_download", "cmd_snapshot", "cmd_inspect", "cmd_infer", "cmd_reset", "check_path_arguments"]
 
+HUB_PROBE_S = 3.0          # how long `download` waits for the Hub's first answer before saying it cannot be reached
+
 
 def cmd_download(args: argparse.Namespace) -> int:
     """Link copies found on disk, then download what is still missing, in the foreground (refused,
@@ -21,6 +23,7 @@ def cmd_download(args: argparse.Namespace) -> int:
     from trainer_core.materials import (DEMO_OFFLINE, DownloadError, adopt_existing, download, is_demo, list_files,
                                         material_lock, material_status, token_for, wanted)
     from trainer_core.base.diskspace import ensure_writable
+    from trainer_core.hub import OFFLINE_MODE, endpoint, hub_unreachable
     project = Project.open(args.project)
     if is_demo(project):
         raise UsageError(DEMO_OFFLINE)
@@ -33,9 +36,15 @@ def cmd_download(args: argparse.Namespace) -> int:
     if unknown:
         raise TrainerError(f"{', '.join(sorted(unknown))}: no such material in {project.pack.id}; "
                            f"choose from {', '.join(m.id for m in project.pack.project_materials(project))}.")
-    failed = 0
-    for m in project.pack.project_materials(project):
-        if (ids and m.id not in ids) or (not ids and not wanted(project, m)) or (args.required_only and not m.required):
+    failed, offline = 0, []
+    chosen = [m for m in project.pack.project_materials(project)
+              if not ((ids and m.id not in ids) or (not ids and not wanted(project, m))
+                      or (args.required_only and not m.required))]
+    # one probe without retries before any listing: offline, each listing would retry for ~23 s before failing
+    unreachable = hub_unreachable(HUB_PROBE_S) if any(m.kind == "hf_snapshot" for m in chosen) else None
+    for m in chosen:
+        if unreachable and m.kind == "hf_snapshot":
+            offline.append(m.id)
             continue
         if m.kind == "local_file":
             st = material_status(project, m)
@@ -72,7 +81,13 @@ def cmd_download(args: argparse.Namespace) -> int:
                 print(f"{m.id}: interrupted; run the same command again to continue where it stopped",
                       file=sys.stderr)
                 return 130
-    return 1 if failed else 0
+    if offline:
+        why = ("HF_HUB_OFFLINE is set" if unreachable == OFFLINE_MODE
+               else f"the Hugging Face Hub ({endpoint()}) cannot be reached: {unreachable}")
+        print(f"Nothing was downloaded for {', '.join(offline)}: {why}; connect to the network (or point HF_ENDPOINT "
+              f"at a mirror{', unset HF_HUB_OFFLINE' if unreachable == OFFLINE_MODE else ''}) and run the command "
+              f"again.", file=sys.stderr)
+    return 1 if failed or offline else 0
 
 
 def _progress_line(material_id: str, bars: "TerminalBars"):
