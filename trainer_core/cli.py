@@ -439,7 +439,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
                                                                                desc=f"demo: {what}"))
     bars.close_all()
     print(f"demo project ready: {project.root}\n"
-          f"run it:  gguf-trainer run --project {project.root}")
+          f"run it:  gguf-trainer run --project {project.root}\n"
+          f"its GGUF will be written to {project.gguf_path()} (export.output_dir)")
+    home = default_projects_root().resolve()
+    if home not in project.root.resolve().parents:
+        # the GUI opens folders under its projects root and those it is started with --allow-dir
+        outside = project.gguf_path().parent.resolve()
+        print(f"open it in the GUI: gguf-trainer --allow-dir {outside} (the GUI opens folders under {home} and "
+              f"those named with --allow-dir), then Open project {project.root}")
     return 0
 
 

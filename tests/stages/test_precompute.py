@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -253,6 +254,14 @@ def test_demo_then_run_through_precompute(tmp_path, run_cli):
     r = run_cli("demo", "--project", str(root), "--pack", "t5xxl_pixart")
     assert r.returncode == 0, r.stderr
     assert f"gguf-trainer run --project {root}" in r.stdout
+    # a folder outside the projects root: the demo says where its GGUF goes and how the GUI opens it (issue 56)
+    project = Project.open(root)
+    assert f"its GGUF will be written to {project.gguf_path()}" in r.stdout
+    allow = re.search(r"open it in the GUI: gguf-trainer --allow-dir (\S+) ", r.stdout).group(1)
+    from ui.paths import PathPolicy
+    policy = PathPolicy([str(tmp_path / "home-projects"), allow])        # the GUI's policy with that --allow-dir
+    assert policy.check(str(root), "project folder") == root.resolve()
+    assert policy.check(str(project.gguf_path()), "export") == project.gguf_path().resolve()
     r = run_cli("run", "--project", str(root), "--only", "corpus", "precompute_val", "precompute_train", timeout=300)
     assert r.returncode == 0, r.stdout[-3000:]
     status = json.loads(run_cli("status", "--project", str(root), "--json").stdout)
