@@ -438,8 +438,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     project = build_demo(root, args.pack, lambda done, total, what: bars.update("demo", done, total, "steps",
                                                                                desc=f"demo: {what}"))
     bars.close_all()
+    from trainer_core.demo_times import run_time_sentence
+    took = f"  ({run_time_sentence(project.pack.id)})" if run_time_sentence(project.pack.id) else ""
     print(f"demo project ready: {project.root}\n"
-          f"run it:  gguf-trainer run --project {project.root}\n"
+          f"run it:  gguf-trainer run --project {project.root}{took}\n"
           f"its GGUF will be written to {project.gguf_path()} (export.output_dir)")
     home = default_projects_root().resolve()
     if home not in project.root.resolve().parents:

@@ -7,8 +7,8 @@ transformers has it: T5 for PixArt, Qwen3-VL for the image packs) or the pack's 
 (LLaDA: rows of the real [256, 2560] shape with the real rows' large per-dimension offset, so
 standardization and the export fold are exercised); the corpus is a generated prompt file read
 by the real corpus stage. The same command builds byte-identical materials and corpus, and
-`gguf-trainer run` takes the project through the whole pipeline in about ten seconds on two
-CPU cores. Nothing here reaches the network, and nothing later does either: the project is marked
+`gguf-trainer run` takes the project through the whole pipeline in seconds (demo_times.json holds the measured
+figures). Nothing here reaches the network, and nothing later does either: the project is marked
 a demo (`materials/.demo.json`, first thing after it is created), so its materials are never
 looked up on the Hub, linked from elsewhere or downloaded (materials.py).
 """

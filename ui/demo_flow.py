@@ -20,6 +20,12 @@ from ui.project_view import AFRESH_LABEL, ProjectView, _opened, current_view
 __all__ = ["run_demo", "restart_demo"]
 
 
+def _how_long(pack_id: str) -> str:
+    """The measured run time (trainer_core/demo_times.json), or where to follow the run when none is measured."""
+    from trainer_core.demo_times import run_time_sentence
+    return run_time_sentence(pack_id) or "follow it on the Train tab"
+
+
 def _stages_left(project: Project) -> list[str]:
     """The stages a run would still do (the ones a run of the demo would not skip)."""
     return [name for name in STAGE_NAMES if stage_wanted(project, name)]
@@ -44,7 +50,7 @@ def run_demo(ctx: Ctx, pack_id: str = DEMO_PACKS[0], current: str | None = None)
             message, kind = "The demo is already running; follow it on the Train tab.", "notice"
         elif built:
             pid = ctx.supervisor.start_run(project.root)
-            message = f"Demo started (pid {pid}): tiny offline models, every stage, about two minutes on a laptop."
+            message = f"Demo started (pid {pid}): tiny offline models, every stage; {_how_long(pack.id)}."
         elif not left:
             offer, kind, wait = True, "notice", None
             message = (f"The demo is already done: every stage has run, and it is open now ({project.root}; its "
@@ -107,4 +113,4 @@ def restart_demo(ctx: Ctx, current: str | None) -> tuple:
         return ProjectView.of(ctx, None, f"The old demo was deleted, but rebuilding it failed: {why} "
                                       f"Press Try the demo to build it again.", "error")
     return ProjectView.of(ctx, project, f"Rebuilt the demo from nothing and started it (pid {pid}): every stage "
-                                     f"runs again, about two minutes on a laptop.", "ok", wait=RUN)
+                                     f"runs again; {_how_long(pack_id)}.", "ok", wait=RUN)
