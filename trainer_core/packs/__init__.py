@@ -58,6 +58,25 @@ def get_pack(pack_id: str) -> TrainerPack:
         return PACKS[pack_id]
     except (KeyError, TypeError):
         known = ", ".join(PACKS)
+        guess = suggest_pack(pack_id) if isinstance(pack_id, str) else []
+        mean = f"did you mean {' or '.join(guess)}? " if guess else ""
         raise UnknownPackError(
-            f'There is no trainer pack "{pack_id}"; choose one of: {known}.'
+            f'There is no trainer pack "{pack_id}"; {mean}{"C" if mean else "c"}hoose one of: {known}.'
         ) from None
+
+
+def suggest_pack(typed: str) -> list[str]:
+    """The pack ids a mistyped id most likely meant: those whose id or title holds it ("pixart", "Krea 2"), else
+    the closest ids and id tails by spelling ("t5xxl_pixar", "mageflo")."""
+    import difflib
+    import re
+    key = re.sub(r"[^a-z0-9]", "", typed.lower())
+    if not key:
+        return []
+    held = [pid for pid, pack in PACKS.items()
+            if key in re.sub(r"[^a-z0-9]", "", pid) or key in re.sub(r"[^a-z0-9]", "", pack.title.lower())]
+    if 0 < len(held) <= 3:
+        return held
+    tails = {pid.split("_", 1)[-1]: pid for pid in PACKS}
+    close = difflib.get_close_matches(typed.lower(), [*PACKS, *tails], n=3, cutoff=0.6)
+    return list(dict.fromkeys(tails.get(c, c) for c in close))
