@@ -149,6 +149,9 @@ def test_app_py_demo_serves_the_gui_and_the_run_outlives_it(tmp_path, isolated_e
         assert any("demo: " in line for line in seen), "".join(seen)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as r:
             assert r.status == 200 and "gradio" in r.read().decode("utf-8", "replace").lower()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=30) as r:
+            tabs = [c["props"] for c in json.loads(r.read())["components"] if c["props"].get("elem_id") == "tabs"]
+        assert [t.get("selected") for t in tabs] == ["train"]          # it opens where the run is to watch
         root = isolated_env / "gguf-trainer" / "projects" / "demo" / "t5_adapter"
         running = json.loads(cli("status", "--project", str(root), "--json").stdout)
         assert running["status"] == "running", running      # the GUI goes while the run is under way

@@ -88,7 +88,7 @@ def build_app(ctx: Ctx) -> gr.Blocks:
         # the timers live outside the tabs: a timer rendered inside a hidden tab leaves the
         # plots it updates blank (Gradio 6.31)
         fast, slow = gr.Timer(ctx.tick_s, active=True), gr.Timer(ctx.tick_s * 2, active=True)
-        with gr.Tabs():
+        with gr.Tabs(selected=ctx.first_tab, elem_id="tabs"):
             with gr.Tab("Setup", id="setup"):
                 setup = setup_tab.build(ctx, project_state, top_banner, slow)
             with gr.Tab("Train", id="train"):
@@ -191,5 +191,6 @@ def main(options: ServeOptions) -> int:
         # the demo app lands on its demo: run_demo makes it the app's own project (Ctx.project)
         root = setup_tab.run_demo(ctx, options.demo_pack)[0]
         print(f"demo: {root or 'could not be started (see the GUI)'}", flush=True)
+        ctx.first_tab = "train" if root else "setup"        # watch it run; a refusal's sentence is on Setup
     serve(ctx, options.host, options.port, options.share, options.auth, open_browser=options.open_browser)
     return 0

@@ -74,6 +74,7 @@ class Ctx:
     # app has settled what it starts with
     project: Path | None = None
     seeded: bool = False
+    first_tab: str = "setup"       # the tab a page load opens on: "train" for `app.py --demo`, whose run is to watch
 
     def remember_project(self, root: Path | None) -> None:
         """`root` is now this app's project (None: no project open), in memory and in its file. A file that
