@@ -1,6 +1,8 @@
 """The adapter networks: names, order, geometry and block math of the engine contract."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -272,3 +274,16 @@ def test_a_new_kind_declares_its_own_field_without_touching_the_others(monkeypat
         fields = (KindField("vis_dim", 0, -1, "the same name with another neutral value"),)
     with pytest.raises(ValueError, match="'vis_dim' but with neutral values"):
         register(ClashKind())
+
+
+@pytest.mark.parametrize("kind", list(RECORDS))
+def test_the_parameter_count_is_the_layout_summed_at_any_depth(kind):
+    """parameter_count takes the count from the layouts of depth 1 and 2 (the plan bisects depths of thousands);
+    it equals every tensor of the full layout counted, at each depth."""
+    import math
+    given = RECORDS[kind][0]
+    config = AdapterConfig(kind, 32, 48 if kind != "token_aligned_layerwise" else 48 * 3, 64, 1, **given)
+    spec = config.spec
+    for depth in range(1, 6):
+        at = dataclasses.replace(config, depth=depth)
+        assert spec.parameter_count(at) == sum(math.prod(ne) for ne in spec.expected_ne(at).values()), depth
