@@ -23,6 +23,7 @@ import demo_cache
 from conftest import cli_here
 from hub_server import LocalHub
 
+from trainer_core.base.errors import UsageError
 from trainer_core.base.events import ListReport
 from trainer_core.contract import checkpoints
 from trainer_core.contract.adapter_export import export_checkpoint
@@ -153,6 +154,11 @@ def test_a_file_written_without_our_exporter_trains_on(tmp_path):
     begun.resume()
     for name, value in begun.model.state_dict().items():
         assert torch.equal(value, theirs[name]), name
+    width = project.settings.train.width
+    project.update_settings([f"train.width={width * 2}"])          # settings changed since: refused, named
+    with pytest.raises(UsageError, match=f"has width {width}, but this project's adapter needs width {width * 2}"):
+        train.Trainer(Project.open(project.root), ListReport()).resume()
+    project.update_settings([f"train.width={width}"])
     assert train.run(Project.open(project.root), ListReport()) == "done"
     assert checkpoints.load(project, "last")["step"] == STEPS
 
@@ -225,3 +231,56 @@ def test_new_refuses_another_kind_and_a_damaged_file_leaving_no_folder(tmp_path)
         assert r.returncode == 2, r.stdout
         assert r.stderr.count("\n") == 1 and all(w in r.stderr for w in words), r.stderr
         assert list(root.iterdir()) == []
+
+
+# ---------------------------------------------------------------- the unfold of every standardized kind
+
+def test_the_unfold_inverts_every_kinds_fold_as_the_file_stores_it(tmp_path):
+    """Every kind the packs train on standardized targets (one head, a skip path, a bank or caption head): the
+    heads folded with random statistics and stored as the export stores them (the "file"), unfolded, folded
+    again: F16 values come back exactly (a quotient's f32 rounding is far inside half an f16 step), F32 values
+    exactly or, where no f32 preimage exists, one unit in the last place off, and `inexact` counts those."""
+    from dataclasses import replace
+
+    from trainer_core.contract.adapter_import import unfold_standardization
+    from trainer_core.contract.gguf_io import fold_standardization
+    from trainer_core.packs import PACKS
+    from trainer_core.plan.estimate import adapter_config
+    from trainer_core.project import default_settings_dict, settings_from_dict
+    seen = set()
+    gen = torch.Generator().manual_seed(3)
+    for pack_id in PACKS:
+        settings = settings_from_dict(default_settings_dict(pack_id))
+        settings = replace(settings, train=replace(settings.train, width=64, depth=1))
+        config = adapter_config(Project(tmp_path / pack_id, settings))
+        if config is None or not config.spec.standardized or config.kind in seen:
+            continue
+        seen.add(config.kind)
+        bank = config.spec.bank_head(config)
+        heads = ("out_proj.", "skip.") + ((f"{bank}.",) if bank else ())
+        # the heads' rows as the kind has them; 16 input columns (the fold scales rows: the column count is free)
+        state = {n: torch.randn((ne[-1], min(ne[0], 16)) if len(ne) == 2 else ne, generator=gen) * 0.05
+                 for n, ne in config.spec.expected_ne(config).items() if n.startswith(heads)}
+
+        def stats(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+            return torch.randn(n, generator=gen), torch.exp(torch.randn(n, generator=gen) * 2)   # σ from ~0.02 to ~50
+        mu, sigma = stats(state["out_proj.bias"].numel())
+        bmu, bsigma = stats(state[f"{bank}.bias"].numel()) if bank else (None, None)
+
+        def stored(s: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return {n: v.to(torch.float32 if gguf_dtype(n, v.ndim) == "f32" else torch.float16).float()
+                    for n, v in s.items()}
+        file = stored(fold_standardization(state, mu, sigma, bmu, bsigma, bank))
+        unfolded = unfold_standardization(file, config, mu, sigma, bmu, bsigma)
+        again = stored(fold_standardization(unfolded.state, mu, sigma, bmu, bsigma, bank))
+        off = 0
+        for name, value in file.items():
+            if gguf_dtype(name, value.ndim) == "f16":
+                assert torch.equal(again[name], value), (config.kind, name)
+                continue
+            differ = again[name] != value
+            off += int(differ.sum())
+            ulp = torch.nextafter(value, torch.full_like(value, float("inf"))) - value
+            assert bool(((again[name] - value).abs()[differ] <= ulp[differ].abs() * 1.0001).all()), (config.kind, name)
+        assert unfolded.inexact == off, config.kind
+    assert len(seen) >= 3
