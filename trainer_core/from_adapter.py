@@ -209,7 +209,11 @@ def cmd_new(args: Any) -> int:
           f"export {project.gguf_path()})")
     start = describe_start(project)
     if start:
+        from trainer_core.contract.checkpoints import read_start_record
         print(f"  training starts from {start}" + (f"; taken from it: {', '.join(adopt)}" if adopt else ""))
+        notes = (read_start_record(project) or {}).get("notes") or []
+        if notes:           # departures from what we write that the engine reads all the same (F32 weights)
+            print(f"  inspect notes {len(notes)} harmless departure(s) in that file, the first: {notes[0]}")
     for line in launch_problems(project):
         print(f"  to do: {line}")
     print(f"then: gguf-trainer plan --project {project.root}, and gguf-trainer start --project {project.root}")
