@@ -43,6 +43,7 @@ from trainer_core import resets
 from trainer_core.runner import request_stop, kill_pipeline, runtime_status, start_pipeline
 from trainer_core.stages import STAGE_NAMES
 from trainer_core.status import status_report
+from trainer_core.from_adapter import cmd_new
 
 __all__ = ["main", "build_parser", "parse_args", "run_command", "auto_resume", "DEFAULT_PORT", "DEMO_FOLDER"]
 
@@ -94,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     _project(new, "the folder to create (it must not be a project yet)")
     new.add_argument("--pack", required=True, metavar="ID", help="one of: " + ", ".join(PACKS))
     new.add_argument("--name", help="adapter name (default: pig_<folder name>)")
+    new.add_argument("--from-adapter", metavar="FILE_OR_HUB_REPO", help="start training from this adapter GGUF (a "
+                     "file, or OWNER/NAME[:file.gguf] on the Hub) of the pack's kind and shapes; its width and depth "
+                     "are taken")
 
     for name, help in (("run", "run the pipeline in the foreground"), ("start", "launch the pipeline detached")):
         p = sub.add_parser(name, help=help)
@@ -282,17 +286,6 @@ def auto_resume() -> int | None:
         return None
     print(f"auto-resume: relaunched the interrupted run of {project.root} (pid {pid})")
     return pid
-
-
-def cmd_new(args: argparse.Namespace) -> int:
-    from trainer_core.readiness import launch_problems
-    project = Project.create(args.project, args.pack, args.name)
-    print(f"created {project.pack.id} project {project.root} (adapter {project.settings.name}, "
-          f"export {project.gguf_path()})")
-    for line in launch_problems(project):
-        print(f"  to do: {line}")
-    print(f"then: gguf-trainer plan --project {project.root}, and gguf-trainer start --project {project.root}")
-    return 0
 
 
 def _set_steps(project: Project, steps: str | None) -> None:

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["HubFile", "MaterialStatus", "list_files", "material_status", "all_statuses", "discover", "adopt_existing",
            "download", "start_job", "job_running", "job_files", "run_job", "material_lock", "wanted",
            "DownloadError", "MATERIALS_ENV", "PARTIAL_DIR", "DEMO_MARKER", "DEMO_OFFLINE", "mark_demo", "is_demo",
-           "hub_unreachable"]
+           "hub_unreachable", "fetch_verified"]
 
 MATERIALS_ENV, STALL_ENV = "GGUF_TRAINER_MATERIALS", "GGUF_TRAINER_STALL_S"
 PARTIAL_DIR, CHUNK = ".partial", 1 << 20
@@ -410,6 +410,23 @@ def download(project: Project, material: "Material", say: Callable[[dict[str, An
         say({"type": "log", "level": "info", "message": f"{f.path} ({f.size} bytes) verified"})
     shutil.rmtree(dest / PARTIAL_DIR, ignore_errors=True)
     say({"type": "progress", "count": total, "total": total, "unit": "bytes"})
+
+
+def fetch_verified(material: "Material", f: HubFile, folder: Path, token: str | None,
+                   say: Callable[[dict[str, Any]], None] = lambda e: None) -> Path:
+    """One Hub file of `material` into `folder` as download() fetches each (resumable, the free space checked
+    first, the Hub's size and hash after), renamed into place; returns its path."""
+    part, free = folder / PARTIAL_DIR / Path(f.path).name, shutil.disk_usage(folder).free
+    if f.size > free:
+        raise DownloadError(f"{material.repo}/{f.path} needs {f.size / 2**30:.2f} GiB but {folder} has only "
+                            f"{free / 2**30:.2f} GiB free.")
+    _fetch(material, f, part, token, float(os.environ.get(STALL_ENV, "60")), lambda n: None, say)
+    problem = _verify(part, f)
+    if problem:
+        part.unlink(missing_ok=True)
+        raise DownloadError(f"{problem}; the partial file was removed, try again.")
+    os.replace(part, folder / part.name)
+    return folder / part.name
 
 
 # ------------------------------------------------------------ jobs

@@ -9,6 +9,7 @@ from trainer_core.base import token_store
 from trainer_core.base.atomic import read_json
 from trainer_core.contract import checkpoints
 from trainer_core.contract.shards import mock_enabled, read_contract
+from trainer_core.from_adapter import describe_start
 from trainer_core.materials import all_statuses, is_demo
 from trainer_core.plan import planned_vs_actual
 from trainer_core.project import Project
@@ -70,7 +71,7 @@ def status_report(project: Project) -> dict[str, Any]:
             "status": info["status"], "pid": info["pid"], "stage_pid": info["stage_pid"],
             "run": state.get("run"), "stage": state.get("stage"), "error": state.get("error"),
             "hf_token": token_store.describe(project.settings.hf_token),      # where it comes from, never what
-            "planned_steps": project.settings.train.steps, "stages": stages,
+            "planned_steps": project.settings.train.steps, "stages": stages, "start": describe_start(project),
             "checkpoints": {"last": last and last.to_dict(), "best": best and best.to_dict()},
             "export": str(project.gguf_path()),
             "ggk_command": project.pack.ggk_command(project) if project.gguf_path().is_file() else None,

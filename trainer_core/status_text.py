@@ -88,6 +88,8 @@ def status_lines(report: dict[str, Any], guide: EvalGuide | None, edit_args: str
         note = f"; its stage process (pid {report['stage_pid']}) is still saving" if report["stage_pid"] else ""
         lines.append(f"  the last run stopped without finishing (a crash or a reboot){note}; "
                      f"`gguf-trainer start --project {report['project']}` resumes it")
+    if report.get("start"):
+        lines.append(f"  training starts from {report['start']} (when no checkpoint is left to resume)")
     rows = [["stage", "status", "progress", "details"]]
     rows += [[s["name"], s["status"], _progress(s), _details(s, now)] for s in report["stages"]]
     lines += [line.rstrip() for line in _table(rows)]

@@ -11,6 +11,7 @@ from trainer_core.materials import all_statuses
 from trainer_core.plan import shard_disk_estimate
 from trainer_core.project import Project, remember_last_project
 from trainer_core.runner import runtime_status
+from trainer_core.from_adapter import describe_start
 
 from ui import materials_panel
 from ui.common import banner, fmt_size
@@ -73,6 +74,8 @@ class ProjectView:
         token = ("a token is saved (hidden); type a new one to replace it" if project.settings.hf_token
                  else "hf_… (only for gated or private repos; without one, your Hugging Face login's is used)")
         title = (f"**{project.settings.name}** · {project.pack.title} · `{project.root}` · status **{status}**")
+        start = describe_start(project)
+        title += f" · training starts from `{start}`" if start else ""
         table = materials_panel.rows(all_statuses(project, online=False))
         panel = disk_estimate(project) + "\n\n" + plan_markdown(project)
         return (str(project.root), banner(message, kind, wait=wait), title, *fields,

@@ -10,6 +10,7 @@ import gradio as gr
 from trainer_core.base.config import ConfigError
 from trainer_core.materials import MaterialStatus, all_statuses
 from trainer_core.base.errors import TrainerError
+from trainer_core.from_adapter import HUB_SOURCE, describe_start, new_from_adapter
 from trainer_core.packs import DEMO_PACKS, PACKS, get_pack
 from trainer_core.project import Project, folder_is_project
 from trainer_core.readiness import launch_problems
@@ -107,8 +108,10 @@ def _interrupted_note(project: Project) -> str:
             f"Press Start / Resume to continue from the last checkpoint.")
 
 
-def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str, current: str | None = None) -> tuple:
-    """Create a project under `root_text`; refused, the project open now (`current`) stays open."""
+def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str, current: str | None = None,
+                   from_adapter: str = "") -> tuple:
+    """Create a project under `root_text` (starting from the adapter `from_adapter`, a file in an allowed folder
+    or a Hub repo, when one is given); refused, the project open now (`current`) stays open."""
     field = "projects root"                  # what an OSError is about, for its sentence
     try:
         pack = get_pack(pack_id)
@@ -124,13 +127,21 @@ def create_project(ctx: Ctx, name: str, pack_id: str, root_text: str, current: s
             raise PathRefused(f"{target} is a link (to {os.readlink(target)}); pick another name, or open the "
                               f"project where the link points if that folder is allowed.")
         target = ctx.paths.check(str(target), "project folder")     # the resolved folder must be allowed too
-        project = Project.create(target, pack.id, name=(name or "").strip() or None)
+        source = (from_adapter or "").strip()
+        if source:
+            if not HUB_SOURCE.match(source) or Path(source).expanduser().exists():     # a file: in an allowed folder
+                source = str(ctx.paths.check(source, "adapter to start from"))
+            project, adopt = new_from_adapter(target, pack.id, (name or "").strip() or None, source)
+        else:
+            project, adopt = Project.create(target, pack.id, name=(name or "").strip() or None), []
     except (PathRefused, TrainerError) as e:
         return current_view(ctx, current, str(e))
     except OSError as e:                     # a loop, a file in the way, no permission: one sentence
         return current_view(ctx, current, os_error_sentence(e, field))
     _opened(ctx, project)
-    return ProjectView.of(ctx, project, f"Created {project.root}.", "ok")
+    start = describe_start(project)
+    started = f" Training starts from {start}" + (f"; taken from it: {', '.join(adopt)}." if adopt else ".")
+    return ProjectView.of(ctx, project, f"Created {project.root}." + (started if start else ""), "ok")
 
 
 def save_settings(ctx: Ctx, project_path: str | None, token: str, *values: Any) -> tuple:
@@ -275,6 +286,8 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
                 new_pack = gr.Dropdown([(p.title, p.id) for p in PACKS.values()], value=DEMO_PACKS[0],
                                        label="Trainer pack", elem_id="new-pack")
                 new_root = gr.Textbox(label="Projects root", value=str(ctx.projects_root), elem_id="new-root")
+            new_from = gr.Textbox(label="Start from an adapter (optional): an adapter .gguf of this pack's kind and "
+                                        "shapes, or a Hub repo OWNER/NAME[:file.gguf]", value="", elem_id="new-from")
             pack_info = gr.Markdown(PACKS[DEMO_PACKS[0]].description)
             with gr.Row():
                 create_btn = gr.Button("Create", elem_id="create-btn")
@@ -313,8 +326,8 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     # the open project (a State: not part of the API's parameters) stays open when an action is refused
     open_btn.click(lambda p, c: open_project(ctx, p, c), [open_path, project_state], view_outputs,
                    api_name="open_project")
-    create_btn.click(lambda n, k, r, c: create_project(ctx, n, k, r, c), [new_name, new_pack, new_root, project_state],
-                     view_outputs, api_name="create_project")
+    create_btn.click(lambda n, k, r, c, f="": create_project(ctx, n, k, r, c, f),
+                     [new_name, new_pack, new_root, project_state, new_from], view_outputs, api_name="create_project")
     # the demo buttons build or delete the demo's folder: one at a time
     demo_btn.click(lambda k, c: run_demo(ctx, k, c), [demo_pack, project_state], view_outputs, api_name="run_demo",
                    concurrency_id="demo", concurrency_limit=1)

@@ -4,6 +4,8 @@
     checkpoints/best.pt + best.json     the same at the best validation so far
     checkpoints/history/step<N>.pt      kept steps (train.history): weights only, + step<N>.json
     checkpoints/metrics.jsonl, val.jsonl  the metric series of the train stage
+    start/adapter.gguf + start/from.json  the adapter training starts from (`new --from-adapter`), and
+                                          where it came from; read when no checkpoint is left to resume
 
 A checkpoint is named by the user's words: `last`, `best` or `step<N>`. Every `.pt` carries
 `format` (FORMAT); a file of another format is refused with a sentence, never misread. Every
@@ -33,11 +35,13 @@ __all__ = [
     "FORMAT", "LAST", "BEST", "Sidecar", "CheckpointError", "DamagedCheckpointError", "CheckpointNameError",
     "weights_path", "exists", "mtime", "read_sidecar", "save", "load", "load_resumable", "save_kept_step",
     "kept_steps", "prune_kept_steps", "delete_kept_step", "series_path", "archive", "parse_name", "remove_temps",
+    "start_path", "start_record_path", "read_start_record",
 ]
 
 FORMAT = 1                 # of the .pt files; bump when their content changes meaning
 LAST, BEST = "last", "best"
 _HISTORY = "history"
+_START = "start"
 
 
 class CheckpointError(TrainerError):
@@ -293,3 +297,23 @@ def move_aside(folder: Path) -> Path | None:
 def archive(project: "ProjectFolder") -> Path | None:
     """Move checkpoints/ aside to checkpoints.stale-<time> (its shards were discarded)."""
     return move_aside(project.checkpoints_dir)
+
+
+# ---------------------------------------------------------------- the start
+
+def start_path(project: "ProjectFolder") -> Path:
+    """The adapter GGUF the train stage starts from when there is no checkpoint (a copy of the user's)."""
+    return project.root / _START / "adapter.gguf"
+
+
+def start_record_path(project: "ProjectFolder") -> Path:
+    """Where the start came from (a file or a Hub repo), its digest and its config."""
+    return project.root / _START / "from.json"
+
+
+def read_start_record(project: "ProjectFolder") -> dict[str, Any] | None:
+    """The start's record when the project has a start file, else None."""
+    if not start_path(project).is_file():
+        return None
+    record = read_json(start_record_path(project), None)
+    return record if isinstance(record, dict) else {"source": str(start_path(project))}

@@ -26,6 +26,7 @@ import torch
 
 from trainer_core.contract import checkpoints
 from trainer_core.contract.adapter import count_parameters
+from trainer_core.contract.adapter_import import load_start
 from trainer_core.contract.kinds import AdapterConfig, build_adapter
 from trainer_core.base.allocator import keep_large_blocks, needs_large_blocks
 from trainer_core.base.atomic import atomic_write_text
@@ -104,8 +105,8 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
     def resume(self) -> bool:
-        """Continue from last.pt, else from best.pt when last.pt is damaged, else from step 0; every
-        file skipped is named in a warning."""
+        """Continue from last.pt, else from best.pt when last.pt is damaged, else from step 0 (from the start
+        adapter when the project has one); every file skipped is named in a warning."""
         which, ck, skipped = checkpoints.load_resumable(self.project, RESUME_KEYS, map_location=self.device)
         for why in skipped:
             self.report("log", level="warning", message=f"skipped a damaged checkpoint: {why}")
@@ -115,6 +116,9 @@ class Trainer:
                                                             "over from step 0")
                 if self.rank.main:
                     self._truncate_metrics(0)
+            started = load_start(self.project, self.model, self.config, self.mu, self.sigma, self.bank_stats)
+            if started:          # `new --from-adapter`: the file's weights, step 0, a fresh optimizer
+                self._log(started)
             return False
         saved = AdapterConfig.from_dict(ck["config"])
         if saved != self.config:
