@@ -10,9 +10,10 @@ from typing import Any
 
 from trainer_core.base.errors import TrainerError, UsageError
 from trainer_core.project import Project
-from trainer_core.term_progress import TerminalBars
+from trainer_core.term_progress import TerminalBars, progress_line
 
-__all__ = ["cmd_download", "cmd_snapshot", "cmd_inspect", "cmd_infer", "cmd_reset", "check_path_arguments"]
+__all__ = ["cmd_download", "cmd_snapshot", "cmd_inspect", "cmd_infer", "cmd_reset",
+           "check_path_arguments"]
 
 
 def cmd_download(args: argparse.Namespace) -> int:
@@ -21,6 +22,10 @@ def cmd_download(args: argparse.Namespace) -> int:
     from trainer_core.materials import (DEMO_OFFLINE, DownloadError, adopt_existing, download, is_demo, list_files,
                                         material_lock, material_status, token_for, wanted)
     from trainer_core.base.diskspace import ensure_writable
+    from trainer_core.cli_student import cmd_student, wants_student
+    from trainer_core.student_hub import STUDENT_ID
+    if wants_student(args):
+        return cmd_student(args)
     project = Project.open(args.project)
     if is_demo(project):
         raise UsageError(DEMO_OFFLINE)
@@ -39,8 +44,11 @@ def cmd_download(args: argparse.Namespace) -> int:
             continue
         if m.kind == "local_file":
             st = material_status(project, m)
-            print(f"{m.id}: {st.status}" + ("" if st.status == "ready" else f" — {m.hint or 'pick the file'} "
-                                             f"(gguf-trainer set --project DIR --set materials.{m.id}.path=FILE)"))
+            how = f"gguf-trainer set --project {project.root} --set materials.{m.id}.path=FILE"
+            if m.id == STUDENT_ID:          # the student has no fixed repo: the search finds it
+                how = (f"find it on the Hub: gguf-trainer download --project {project.root} --find-student; "
+                       f"or link yours: {how}")
+            print(f"{m.id}: {st.status}" + ("" if st.status == "ready" else f" — {m.hint or 'pick the file'} ({how})"))
             continue
         try:
             listing = list_files(m, token_for(project))
@@ -60,7 +68,7 @@ def cmd_download(args: argparse.Namespace) -> int:
             bars = TerminalBars(sys.stderr)
             try:
                 print(f"{m.id}: downloading {m.repo} ({m.size_hint or 'size from the Hub'})", flush=True)
-                download(project, m, _progress_line(m.id, bars))
+                download(project, m, progress_line(m.id, bars))
                 bars.close(m.id)
                 print(f"{m.id}: ready")
             except DownloadError as e:
@@ -73,14 +81,6 @@ def cmd_download(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return 130
     return 1 if failed else 0
-
-
-def _progress_line(material_id: str, bars: "TerminalBars"):
-    """A download's progress events as a bar on a terminal (bytes, rate, ETA), tenths otherwise."""
-    def show(event: dict[str, Any]) -> None:
-        if event.get("type") == "progress" and event.get("total"):
-            bars.update(material_id, event["count"], event["total"], "B", desc=material_id)
-    return show
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
