@@ -136,3 +136,13 @@ def test_download_names_the_way_to_the_student(project, monkeypatch):
     r = cli_here("download", "--project", str(project.root), "--id", "student")
     assert r.returncode == 0, r.stderr
     assert f"download --project {project.root} --find-student" in r.stdout and "pig_clip 0.6B Qwen3" in r.stdout
+
+
+def test_another_student_for_a_project_with_shards_is_refused_before_any_download(hub, project):
+    shard = project.shards_dir("train") / "train-00000.safetensors"
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(b"made with another student")
+    hub.clear_requests()
+    r = cli_here("download", "--project", str(project.root), "--repo", REPO_ID, "--file", "pig_clip-f16.gguf")
+    assert r.returncode == 2 and "would make this project's work stale" in r.stderr and "--force" in r.stderr
+    assert not [q for q in hub.requests if "/resolve/" in q.path] and _student(project).status == "missing"

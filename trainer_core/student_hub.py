@@ -164,6 +164,18 @@ def check_student_file(path: Path) -> str | None:
     return fatal[0] if fatal else None
 
 
+def _refuse_if_work_at_risk(project: Project, target: Path) -> None:
+    """UsageError when another student would make the project's shards and checkpoints stale (as `set` refuses
+    without --force)."""
+    from trainer_core.packs.lookup import resolve_material
+    _, work = project.work_at_risk([])
+    current = resolve_material(project, STUDENT_ID)
+    if work and (current is None or current.resolve() != target.resolve()):
+        raise UsageError(f"Changing the student would make this project's work stale ({'; '.join(work)}); create a "
+                         f"new project for it, or move that work aside: gguf-trainer set --project {project.root} "
+                         f"--force --set materials.{STUDENT_ID}.path={target}")
+
+
 def _use(project: Project, target: Path) -> None:
     """Make `target` the student: a path inside the project is kept relative, so the project can move."""
     try:
@@ -184,6 +196,7 @@ def link_student(project: Project, path: str | Path) -> Path:
     problem = check_student_file(target)
     if problem:
         raise UsageError(f"{target} cannot be the student: {problem}; pick the pig_clip GGUF (pig_clip-f16.gguf).")
+    _refuse_if_work_at_risk(project, target)
     _use(project, target)
     return target
 
@@ -195,6 +208,8 @@ def fetch_student(project: Project, repo: str, path: str, say: Callable[[dict[st
     if is_demo(project):
         raise UsageError(DEMO_OFFLINE)
     check_student_name(path)
+    dest = project.materials_dir
+    _refuse_if_work_at_risk(project, dest / path)
     problem = hub_unreachable()
     if problem:
         raise TrainerError(_unreachable_sentence(problem))
@@ -207,7 +222,6 @@ def fetch_student(project: Project, repo: str, path: str, say: Callable[[dict[st
                             "(`--find-student` lists them).") from None
     if [f.path for f in files] != [path]:
         raise DownloadError(f"{repo} has no file {path}; `--find-student` lists the pig_clip GGUFs there.")
-    dest = project.materials_dir
     download(project, material, say, dest=dest, listing=files)
     target = dest / path
     problem = check_student_file(target)
