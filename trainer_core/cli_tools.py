@@ -44,11 +44,12 @@ def cmd_download(args: argparse.Namespace) -> int:
             continue
         if m.kind == "local_file":
             st = material_status(project, m)
-            how = f"gguf-trainer set --project {project.root} --set materials.{m.id}.path=FILE"
+            link = f"gguf-trainer set --project {project.root} --set materials.{m.id}.path=FILE"
+            how = f" ({link})"
             if m.id == STUDENT_ID:          # the student has no fixed repo: the search finds it
-                how = (f"find it on the Hub: gguf-trainer download --project {project.root} --find-student; "
-                       f"or link yours: {how}")
-            print(f"{m.id}: {st.status}" + ("" if st.status == "ready" else f" — {m.hint or 'pick the file'} ({how})"))
+                how = (f". Find it on the Hub: gguf-trainer download --project {project.root} --find-student; "
+                       f"or link yours: {link}")
+            print(f"{m.id}: {st.status}" + ("" if st.status == "ready" else f" — {m.hint or 'pick the file'}{how}"))
             continue
         try:
             listing = list_files(m, token_for(project))

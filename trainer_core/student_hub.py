@@ -130,10 +130,13 @@ def find_students(token: str | None = None) -> list[Candidate]:
     except Exception as e:      # noqa: BLE001 — refused, rate-limited, a connection lost since: one sentence
         raise TrainerError(f"The Hugging Face Hub ({endpoint()}) did not answer the search for pig_clip "
                            f"({_first_line(e)}); try again later.") from None
+    from huggingface_hub.utils import httpx
     found = []
     for repo in repos:
         try:
             files = list_files(Material(STUDENT_ID, "", "hf_snapshot", repo=repo, patterns=("*.gguf",)), token)
+        except httpx.TransportError as e:     # the connection went away: no list that looks complete
+            raise TrainerError(_unreachable_sentence(_first_line(e))) from None
         except Exception:       # noqa: BLE001 — gated or gone since the search: not a candidate
             continue
         found += [Candidate(repo, f) for f in files if _is_student_name(f.path)]
