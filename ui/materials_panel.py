@@ -65,7 +65,7 @@ def table_updates(project: Project, statuses: list[MaterialStatus], selected: st
         all_label, all_ok = f"Download missing ({len(missing)})", True
     else:
         all_label, all_ok = "All downloadable materials present", False
-    local_missing = [s.title for s in statuses if s.kind == "local_file" and s.status not in ("ready", "not needed")]
+    local_missing = [s.title for s in statuses if s.kind == "local_file" and s.status in ("missing", "partial")]
     summary = []
     if running:
         summary.append("downloading: " + ", ".join(s.title for s in running) +
