@@ -7,6 +7,8 @@ It speaks the subset of the Hub HTTP API that huggingface_hub 2.4 and datasets 5
     GET  /api/{models|datasets}/{repo}/tree/{rev}[/{path}]      ?recursive=&expand=
     POST /api/{models|datasets}/{repo}/paths-info/{rev}         form or JSON "paths"
     HEAD|GET /[datasets/]{repo}/resolve/{rev}/{path}            Range: bytes=a-, a-b, -n
+    GET  /api/{models|datasets}?search=&limit=&expand=&full=    the repo search (HfApi.list_models), paged
+                                                                 by a Link header (see "Search" at the end)
 
 Files are served straight from `/resolve` with a 200/206 (no redirect to a CDN, no X-Xet-*
 headers), so clients take their plain-HTTP path. The dataset viewer
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 __all__ = ["LocalHub", "RecordedRequest", "parquet_bytes"]
 
@@ -325,6 +327,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(403, {"error": "LocalHub does not tunnel to other hosts"})
 
     # -- routing -----------------------------------------------------------------------------
+    def _search_api(self, segments: list[str], raw_query: str) -> bool:
+        return _search(self, segments, raw_query)  # the Search section at the end of this file
+
     def _headers(self) -> dict[str, str]:
         return {k.lower(): v for k, v in self.headers.items()}
 
@@ -339,6 +344,8 @@ class _Handler(BaseHTTPRequestHandler):
         segments = [unquote(s) for s in url.path.strip("/").split("/")]
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         try:
+            if self._search_api(segments, url.query):
+                return
             if segments[0] == "api" and len(segments) > 2 and segments[1] in _REPO_TYPES:
                 self._api(_REPO_TYPES[segments[1]], segments[2:], query, body)
             elif "resolve" in segments and self.command in ("GET", "HEAD"):
@@ -457,3 +464,47 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.dumps(payload).encode()
         self._send(status, {**(headers or {}), "Content-Type": "application/json; charset=utf-8",
                             "Content-Length": str(len(body))}, body)
+
+
+# -- Search --------------------------------------------------------------------------------------
+# GET /api/models (or /api/datasets) as HfApi.list_models / list_datasets call it in huggingface_hub 2.5
+# (hf_api.py list_models, utils/_pagination.py): params search (a substring of the repo id, matched
+# case-insensitively as the Hub does), limit, full, expand (repeated: expand=siblings&expand=sha); pages follow
+# the "next" URL of a GitHub-style Link header. Like the Hub, a sibling here is only {"rfilename"}: sizes come
+# from the tree endpoint (list_repo_tree), which a client asks per repo.
+
+SEARCH_PAGE = 1000                       # repos per page when the request sets no smaller limit
+_DEFAULT_FIELDS = ("id", "likes", "downloads", "private", "tags", "pipeline_tag", "library_name", "createdAt")
+
+
+def _search_entry(hub: LocalHub, repo: _Repo, expand: list[str], full: bool) -> dict[str, Any]:
+    info = hub._info(repo)
+    info["siblings"] = [{"rfilename": s["rfilename"]} for s in info["siblings"]]
+    if full:
+        return info
+    keep = set(expand) if expand else set(_DEFAULT_FIELDS)
+    return {"_id": info["_id"], "id": repo.repo_id, **{k: v for k, v in info.items() if k in keep}}
+
+
+def _search(self: _Handler, segments: list[str], raw_query: str) -> bool:
+    """Answer GET /api/models|datasets (the search); False for any other request."""
+    if self.command != "GET" or len(segments) != 2 or segments[0] != "api" or segments[1] not in _REPO_TYPES:
+        return False
+    params = parse_qs(raw_query)
+    repo_type = _REPO_TYPES[segments[1]]
+    term = params.get("search", [""])[-1].lower()
+    limit = int(params.get("limit", [SEARCH_PAGE])[-1])
+    offset = int(params.get("offset", ["0"])[-1])
+    expand = params.get("expand", [])
+    full = params.get("full", ["false"])[-1].lower() in ("1", "true")
+    matches = sorted((r for (t, rid), r in self.hub._repos.items() if t == repo_type and term in rid.lower()),
+                     key=lambda r: r.repo_id)
+    page = matches[offset:offset + min(limit, SEARCH_PAGE)]
+    headers = {}
+    if offset + len(page) < len(matches):
+        query = urlencode([(k, v) for k, values in params.items() if k != "offset" for v in values]
+                          + [("offset", offset + len(page))])
+        headers["Link"] = f'<{self.hub.url}/api/{segments[1]}?{query}>; rel="next"'
+    self._send_json(200, [_search_entry(self.hub, r, expand, full) for r in page], headers)
+    return True
+

@@ -206,3 +206,23 @@ def test_datasets_load_dataset_reads_a_served_parquet(hub, tmp_path):
     assert any(p.endswith(f"/resolve/{hub.commit_sha(DATASET)}/{PARQUET}") for p in paths)
     assert any("/info?dataset=" in p for p in paths)  # the dataset-viewer probe came here, not to the network
     assert not [r for r in hub.requests if r.method == "CONNECT"]  # nothing tried to leave over https
+
+
+# -- the search (GET /api/models), for the student finder ---------------------------------------------------------
+
+def test_list_models_searches_ids_and_follows_the_pages(online, monkeypatch):
+    import hub_server
+    repos = {"a/pig_clip-gguf": {"pig_clip-f16.gguf": b"x"}, "B/PIG_CLIP-q": {"x.gguf": b"y"},
+             "c/other": {"pig_clip.gguf": b"z"}, "d/pig_clip_three": {"README.md": b"r"}}
+    monkeypatch.setattr(hub_server, "SEARCH_PAGE", 2)                   # three matches: two pages
+    with LocalHub(repos) as h:
+        api = HfApi(endpoint=h.url)
+        found = list(api.list_models(search="pig_clip", expand=["siblings"]))
+        assert [m.id for m in found] == ["B/PIG_CLIP-q", "a/pig_clip-gguf", "d/pig_clip_three"]   # not c/other
+        assert [[s.rfilename for s in m.siblings] for m in found] == [["x.gguf"], ["pig_clip-f16.gguf"], ["README.md"]]
+        assert all(s.size is None for m in found for s in m.siblings)          # sizes come from the tree, as on the Hub
+        pages = [q.path for q in h.requests if q.path.startswith("/api/models?")]
+        assert len(pages) == 2 and "offset=2" in pages[1] and "expand=siblings" in pages[1]
+        assert [m.id for m in api.list_models(search="pig_clip", limit=1)] == ["B/PIG_CLIP-q"]
+        plain = next(iter(api.list_models(search="other")))
+        assert (plain.id, plain.siblings, plain.downloads) == ("c/other", None, 0)

@@ -33,6 +33,7 @@ from typing import Callable
 from trainer_core import __version__
 from trainer_core.base.config import flat_settings
 from trainer_core.base.errors import TrainerError, UsageError
+from trainer_core.cli_student import add_download_arguments
 from trainer_core.cli_tools import (check_path_arguments, cmd_download, cmd_infer, cmd_inspect, cmd_plan,
                                     cmd_reset, cmd_snapshot)
 from trainer_core.contract import checkpoints
@@ -147,10 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the trainer's save")
     snap.add_argument("--detach", action="store_true", help="run as a detached job (.snapshot.status)")
 
-    dl = sub.add_parser("download", help="find or fetch the project's missing materials (foreground)")
+    dl = sub.add_parser("download", help="fetch the missing materials; find the student GGUF (--find-student)")
     _project(dl)
-    dl.add_argument("--id", nargs="+", metavar="ID", help="only these materials (default: every wanted one)")
-    dl.add_argument("--required-only", action="store_true", help="skip optional materials")
+    add_download_arguments(dl)          # cli_student.py: the materials' and the student's options
 
     rst = sub.add_parser("reset", help="delete a stage's results and everything after them",
                          description=resets.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -10,9 +10,10 @@ from typing import Any
 
 from trainer_core.base.errors import TrainerError, UsageError
 from trainer_core.project import Project
-from trainer_core.term_progress import TerminalBars
+from trainer_core.term_progress import TerminalBars, progress_line
 
-__all__ = ["cmd_download", "cmd_snapshot", "cmd_inspect", "cmd_infer", "cmd_reset", "check_path_arguments"]
+__all__ = ["cmd_download", "cmd_snapshot", "cmd_inspect", "cmd_infer", "cmd_reset",
+           "check_path_arguments"]
 
 HUB_PROBE_S = 3.0          # how long `download` waits for the Hub's first answer before saying it cannot be reached
 
@@ -24,6 +25,10 @@ def cmd_download(args: argparse.Namespace) -> int:
                                         material_lock, material_status, token_for, wanted)
     from trainer_core.base.diskspace import ensure_writable
     from trainer_core.hub import OFFLINE_MODE, endpoint, hub_unreachable
+    from trainer_core.cli_student import cmd_student, wants_student
+    from trainer_core.student_hub import STUDENT_ID
+    if wants_student(args):
+        return cmd_student(args)
     project = Project.open(args.project)
     if is_demo(project):
         raise UsageError(DEMO_OFFLINE)
@@ -48,8 +53,12 @@ def cmd_download(args: argparse.Namespace) -> int:
             continue
         if m.kind == "local_file":
             st = material_status(project, m)
-            print(f"{m.id}: {st.status}" + ("" if st.status == "ready" else f" — {m.hint or 'pick the file'} "
-                                             f"(gguf-trainer set --project DIR --set materials.{m.id}.path=FILE)"))
+            link = f"gguf-trainer set --project {project.root} --set materials.{m.id}.path=FILE"
+            how = f" ({link})"
+            if m.id == STUDENT_ID:          # the student has no fixed repo: the search finds it
+                how = (f". Find it on the Hub: gguf-trainer download --project {project.root} --find-student; "
+                       f"or link yours: {link}")
+            print(f"{m.id}: {st.status}" + ("" if st.status == "ready" else f" — {m.hint or 'pick the file'}{how}"))
             continue
         try:
             listing = list_files(m, token_for(project))
@@ -69,7 +78,7 @@ def cmd_download(args: argparse.Namespace) -> int:
             bars = TerminalBars(sys.stderr)
             try:
                 print(f"{m.id}: downloading {m.repo} ({m.size_hint or 'size from the Hub'})", flush=True)
-                download(project, m, _progress_line(m.id, bars))
+                download(project, m, progress_line(m.id, bars))
                 bars.close(m.id)
                 print(f"{m.id}: ready")
             except DownloadError as e:
@@ -88,14 +97,6 @@ def cmd_download(args: argparse.Namespace) -> int:
               f"at a mirror{', unset HF_HUB_OFFLINE' if unreachable == OFFLINE_MODE else ''}) and run the command "
               f"again.", file=sys.stderr)
     return 1 if failed or offline else 0
-
-
-def _progress_line(material_id: str, bars: "TerminalBars"):
-    """A download's progress events as a bar on a terminal (bytes, rate, ETA), tenths otherwise."""
-    def show(event: dict[str, Any]) -> None:
-        if event.get("type") == "progress" and event.get("total"):
-            bars.update(material_id, event["count"], event["total"], "B", desc=material_id)
-    return show
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from trainer_core.packs.base import Material
 
 __all__ = ["HubFile", "MaterialStatus", "list_files", "material_status", "all_statuses", "discover", "adopt_existing",
-           "download", "start_job", "job_running", "job_files", "run_job", "material_lock", "wanted",
+           "download", "as_say", "start_job", "job_running", "job_files", "run_job", "material_lock", "wanted",
            "DownloadError", "MATERIALS_ENV", "PARTIAL_DIR", "DEMO_MARKER", "DEMO_OFFLINE", "mark_demo", "is_demo",
            "hub_unreachable", "fetch_verified"]
 
@@ -172,13 +172,12 @@ def material_status(project: Project, material: "Material", listing: list[HubFil
                  _local_files(where, material.patterns) if where is not None and material.kind == "hf_snapshot" else {})
         st.status, st.bytes_done, st.files_done = "ready" if files else "not needed", sum(files.values()), len(files)
         return st
-    if material.kind == "local_file":
+    dest = where
+    if material.kind == "local_file":          # picked, linked, or fetched from the Hub (student_hub.py)
         if where is not None and where.is_file():
             st.status, st.bytes_done, st.bytes_total, st.files_done, st.files_total = "ready", where.stat().st_size, \
                 where.stat().st_size, 1, 1
-        return st
-    dest = where
-    if listing is not None and dest is not None:
+    elif listing is not None and dest is not None:
         st.files_total, st.bytes_total = len(listing), sum(f.size for f in listing)
         for f in listing:
             path = dest / f.path
@@ -196,6 +195,7 @@ def material_status(project: Project, material: "Material", listing: list[HubFil
     if st.status != "ready" and job_running(project, material.id):
         st.status = "downloading"
         st.bytes_done = max(st.bytes_done, int((job.get("progress") or {}).get("count", 0)))
+        st.bytes_total = st.bytes_total or (job.get("progress") or {}).get("total")
     return st
 
 
@@ -361,16 +361,18 @@ def _fetch(material: "Material", f: HubFile, part: Path, token: str | None, stal
                                     f"({type(e).__name__})") from None
 
 
-def download(project: Project, material: "Material", say: Callable[[dict[str, Any]], None] = lambda e: None) -> None:
-    """Fetch what is missing of an hf_snapshot material into its destination (resuming partial
-    files), checking free disk space first."""
+def download(project: Project, material: "Material", say: Callable[[dict[str, Any]], None] = lambda e: None,
+             dest: Path | None = None, listing: list[HubFile] | None = None) -> None:
+    """Fetch what is missing of an hf_snapshot material into its destination (`dest`: the material's own
+    place by default; resuming partial files), checking free disk space first. `listing`: the Hub's files
+    when the caller has listed them already."""
     if is_demo(project):
         raise UsageError(DEMO_OFFLINE)
     if material.kind != "hf_snapshot":
         raise UsageError(f"{material.title} is a local file: pick it in the GUI or set materials.{material.id}.path.")
-    dest = resolve_material(project, material.id)
+    dest = dest if dest is not None else resolve_material(project, material.id)
     token = token_for(project)
-    files = list_files(material, token)
+    files = listing if listing is not None else list_files(material, token)
     if not files:
         raise DownloadError(f"{material.repo} has no file matching {', '.join(material.patterns)}.")
     todo = [f for f in files if not ((dest / f.path).is_file() and (dest / f.path).stat().st_size == f.size)]
@@ -462,7 +464,7 @@ def material_lock(project: Project, material_id: str) -> Iterator[bool]:
         lock.release()
 
 
-def _as_say(report: Report) -> Callable[[dict[str, Any]], None]:
+def as_say(report: Report) -> Callable[[dict[str, Any]], None]:
     """`download`'s callback (flat {"type", ...} dicts, what the CLI's progress line reads) as
     events through `report`."""
     def say(event: dict[str, Any]) -> None:
@@ -479,7 +481,7 @@ def run_job(project: Project, material_id: str) -> int:
         report = JobReport(job_files(project, material_id))
         # every failure (the Hub, the network, the disk) is a message for the user, not a bug
         return run_detached(report, lambda: download(project, find_material(project.pack, material_id),
-                                                     _as_say(report)), expected=(Exception,))
+                                                     as_say(report)), expected=(Exception,))
 
 
 def main(argv: list[str] | None = None) -> int:

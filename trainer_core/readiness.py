@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from trainer_core.base.errors import UsageError
 from trainer_core.materials import all_statuses
 from trainer_core.packs.lookup import find_material, teacher_material_ids
+from trainer_core.student_hub import STUDENT_ID
 
 if TYPE_CHECKING:
     from trainer_core.project import Project
@@ -38,8 +39,11 @@ def launch_problems(project: "Project", only: list[str] | None = None) -> list[s
                    f"{project.root}`")
         else:
             state = "is not set" if st.path is None else f"is missing ({st.path} does not exist)"
-            fix = (f"pick it in the Materials section, or `gguf-trainer set --project {project.root} --set "
-                   f"materials.{st.id}.path=FILE`")
+            link = f"`gguf-trainer set --project {project.root} --set materials.{st.id}.path=FILE`"
+            fix = f"pick it in the Materials section, or {link}"
+            if st.id == STUDENT_ID:         # no fixed repo: the Hub's search finds it (student_hub.py)
+                fix = (f"Find on the Hub in the Materials section, or `gguf-trainer download --project {project.root} "
+                       f"--find-student`; a file you have: {link}")
         lines.append(f"{st.title} {state}: {fix}")
     return lines
 

@@ -9,9 +9,9 @@ its total, and `write` prints the line as it is.
 from __future__ import annotations
 
 import sys
-from typing import IO, Any
+from typing import IO, Any, Callable
 
-__all__ = ["TerminalBars"]
+__all__ = ["TerminalBars", "progress_line"]
 
 
 class TerminalBars:
@@ -86,3 +86,11 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GB"
+
+
+def progress_line(material_id: str, bars: TerminalBars) -> Callable[[dict[str, Any]], None]:
+    """A download's progress events as a bar on a terminal (bytes, rate, ETA), tenths otherwise."""
+    def show(event: dict[str, Any]) -> None:
+        if event.get("type") == "progress" and event.get("total"):
+            bars.update(material_id, event["count"], event["total"], "B", desc=material_id)
+    return show

@@ -15,8 +15,11 @@ from trainer_core.base.errors import TrainerError
 from trainer_core.materials import MaterialStatus, adopt_existing, all_statuses, start_job, wanted
 from trainer_core.project import Project
 from trainer_core.packs.lookup import find_material
+from trainer_core.student_hub import FULL_PRECISION, STUDENT_ID, quant_of
 
+from ui import student_finder
 from ui.common import banner, fmt_size
+from ui.paths import PathPolicy
 
 __all__ = ["COLUMNS", "rows", "table_updates", "refresh", "download_one", "download_missing"]
 
@@ -36,6 +39,9 @@ def rows(statuses: list[MaterialStatus]) -> list[list[str]]:
             progress = fmt_size(s.bytes_done) if s.bytes_done else ""
         note = (f"download failed: {s.error}" if s.error and s.status not in ("ready", "not needed") else
                 "the demo runs without it" if s.status == "not needed" else "linked" if s.linked else "")
+        quant = quant_of(s.path) if s.id == STUDENT_ID and s.path else ""
+        if quant and quant not in FULL_PRECISION:          # it trains, but on the rounding errors of its quantization
+            note = ", ".join(filter(None, [note, f"{quant}: quantized, for running; train on f16"]))
         out.append([s.title, "required" if s.required else "optional", s.status, progress, s.path or "–", note])
     return out
 
@@ -59,7 +65,7 @@ def table_updates(project: Project, statuses: list[MaterialStatus], selected: st
         all_label, all_ok = f"Download missing ({len(missing)})", True
     else:
         all_label, all_ok = "All downloadable materials present", False
-    local_missing = [s.title for s in statuses if s.kind == "local_file" and s.status not in ("ready", "not needed")]
+    local_missing = [s.title for s in statuses if s.kind == "local_file" and s.status in ("missing", "partial")]
     summary = []
     if running:
         summary.append("downloading: " + ", ".join(s.title for s in running) +
@@ -67,7 +73,7 @@ def table_updates(project: Project, statuses: list[MaterialStatus], selected: st
     if missing:
         summary.append("missing: " + ", ".join(s.title for s in missing))
     if local_missing:
-        summary.append("pick a file for: " + ", ".join(local_missing))
+        summary.append("pick a file for: " + ", ".join(local_missing) + " (or Find on the Hub, below)")
     return (gr.update(value=rows(statuses)), gr.update(choices=choices, value=selected),
             gr.update(value=one_label, interactive=one_ok), gr.update(value=all_label, interactive=all_ok),
             " · ".join(summary) or "All materials present.")
@@ -122,7 +128,7 @@ def download_missing(project_path: str | None, selected: str | None) -> tuple:
     return (banner(message, "ok" if started else "notice"), *refresh(project_path, selected, online=False))
 
 
-def build(project_state: gr.State, top_banner: gr.HTML) -> dict[str, Any]:
+def build(project_state: gr.State, top_banner: gr.HTML, paths: PathPolicy) -> dict[str, Any]:
     table = gr.Dataframe(headers=COLUMNS, value=[], interactive=False, elem_id="materials")
     summary = gr.Markdown("", elem_id="materials-summary")
     with gr.Row():
@@ -138,4 +144,5 @@ def build(project_state: gr.State, top_banner: gr.HTML) -> dict[str, Any]:
               concurrency_limit=1)
     all_missing.click(download_missing, [project_state, pick], [top_banner, *outputs], api_name="download_missing",
                       concurrency_limit=1)
+    student_finder.build(project_state, top_banner, paths, outputs, refresh)     # Find on the Hub, a file you have
     return {"outputs": outputs, "pick": pick}

@@ -304,7 +304,7 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
             with gr.Row():
                 use_open = gr.Button("Open the selected project")
     with gr.Accordion("Materials", open=True):
-        panel = materials_panel.build(project_state, top_banner)
+        panel = materials_panel.build(project_state, top_banner, ctx.paths)
         materials = panel["outputs"][0]
         hf_token = gr.Textbox(label="HF token (for gated or private repos; kept in the project's .hf_token, "
                                     "readable only by you, never shown again)",

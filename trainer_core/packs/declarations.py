@@ -52,7 +52,8 @@ DEMO_SETTINGS = (
 
 STUDENT_MATERIALS = (
     Material("student", "pig_clip student GGUF", "local_file", suffixes=(".gguf",),
-             hint="your pig_clip-f16.gguf (quantized files are dequantized on load; train against f16)"),
+             hint="pig_clip-f16.gguf, the pig_clip 0.6B Qwen3 text model as a GGUF (ggk's --llm file; train on "
+                  "f16, a quantized file is for running)"),
     Material("student_tokenizer", "pig_clip tokenizer and config", "hf_snapshot",
              repo="callgg/pig-clip-tokenizer",
              patterns=("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
