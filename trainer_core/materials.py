@@ -363,9 +363,8 @@ def _fetch(material: "Material", f: HubFile, part: Path, token: str | None, stal
 
 def download(project: Project, material: "Material", say: Callable[[dict[str, Any]], None] = lambda e: None,
              dest: Path | None = None, listing: list[HubFile] | None = None) -> None:
-    """Fetch what is missing of an hf_snapshot material into its destination (`dest`: the material's own
-    place by default; resuming partial files), checking free disk space first. `listing`: the Hub's files
-    when the caller has listed them already."""
+    """Fetch what is missing of an hf_snapshot material into `dest` (its own place by default; resuming partial
+    files; `listing`: the Hub's files, when listed already), checking free disk space first."""
     if is_demo(project):
         raise UsageError(DEMO_OFFLINE)
     if material.kind != "hf_snapshot":
