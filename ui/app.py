@@ -77,6 +77,11 @@ def make_context(projects_root: str | os.PathLike | None = None, demo_root: str 
                demo_in_root=demo_root is None, local=local)
 
 
+# the tables' long cells (paths, notes) break anywhere rather than run the table out of its box
+CSS = " ".join(f"#{t} td, #{t} td .cell-wrap {{ white-space: normal !important; overflow-wrap: anywhere; }}"
+               for t in ("materials", "output-files", "snapshots"))
+
+
 def build_app(ctx: Ctx) -> gr.Blocks:
     # the project every page load shows is this app's own (ui/context.py), settled now: a CLI command
     # run after this never changes what the app shows
@@ -158,7 +163,7 @@ def serve(ctx: Ctx, host: str = "127.0.0.1", port: int = DEFAULT_PORT, share: bo
     guard = [Middleware(LoginGuard, throttle=throttle or LoginThrottle(tunnel=share))] if credentials else []
     _, local_url, share_url = app.launch(
         server_name=host, server_port=port, share=share, auth=credentials, ssr_mode=False, run_history=False,
-        prevent_thread_lock=True, quiet=True, show_error=True, inbrowser=False,
+        prevent_thread_lock=True, quiet=True, show_error=True, inbrowser=False, css=CSS,
         blocked_paths=[str(user_dir())], max_file_size="1mb", enable_monitoring=False,
         app_kwargs={"middleware": guard})
     url = share_url or local_url

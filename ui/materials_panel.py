@@ -129,7 +129,9 @@ def download_missing(project_path: str | None, selected: str | None) -> tuple:
 
 
 def build(project_state: gr.State, top_banner: gr.HTML, paths: PathPolicy) -> dict[str, Any]:
-    table = gr.Dataframe(headers=COLUMNS, value=[], interactive=False, elem_id="materials")
+    # long paths and notes wrap inside their cells instead of being cut off (issue 56)
+    table = gr.Dataframe(headers=COLUMNS, value=[], interactive=False, elem_id="materials", wrap=True,
+                         column_widths=["13%", "8%", "9%", "12%", "29%", "29%"])
     summary = gr.Markdown("", elem_id="materials-summary")
     with gr.Row():
         # the choices depend on the open project's pack: the handlers check the value

@@ -228,7 +228,7 @@ def delete_kept_step(ctx: Ctx, project_path: str | None, which: str | None) -> s
 
 def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Timer) -> dict[str, Any]:
     gr.Markdown("### Exported files")
-    files = gr.Dataframe(headers=FILE_COLUMNS, value=[], interactive=False, elem_id="output-files")
+    files = gr.Dataframe(headers=FILE_COLUMNS, value=[], interactive=False, elem_id="output-files", wrap=True)
     out_note = gr.Markdown("")
     export_btn = gr.Button("Export GGUF (regenerate from best.pt)", elem_id="export-again")
     gr.Markdown("### Evaluation")
@@ -239,7 +239,7 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
         snap_eval = gr.Checkbox(label="Also evaluate the GGUF on the validation shards", value=SNAPSHOT_EVAL_DEFAULT,
                                 elem_id="output-snap-eval")
         snap_btn = gr.Button("Export snapshot", elem_id="output-snapshot")
-    snaps = gr.Dataframe(headers=SNAP_COLUMNS, value=[], interactive=False, elem_id="snapshots")
+    snaps = gr.Dataframe(headers=SNAP_COLUMNS, value=[], interactive=False, elem_id="snapshots", wrap=True)
     quality = gr.Plot(None, label="quality vs steps", format="png", elem_id="quality-plot")
     gr.Markdown("### Kept steps")
     kept = gr.Dataframe(headers=KEPT_COLUMNS, value=[], interactive=False, elem_id="kept-steps")

@@ -58,6 +58,13 @@ def test_a_new_project_finds_its_student_on_the_hub_and_it_becomes_ready(ctx, br
         expect(page.locator("#banner")).to_contain_text("Download of pig_clip-f16.gguf", timeout=60_000)
         expect(row).to_contain_text("ready", timeout=120_000)            # the job's check passed, the tick shows it
         expect(row).to_contain_text(str(root / "materials" / "pig_clip-f16.gguf"))
+        # the whole table is in view, every column: long paths and notes wrap inside their cells instead of
+        # running the table out of its box (issue 56 item 10: "where" was cut, "note" out of sight)
+        clipped = page.locator("#materials").evaluate(
+            "t => [t, ...t.querySelectorAll('*')].filter(e => e.scrollWidth > e.clientWidth + 1"
+            " && ['auto', 'scroll', 'hidden', 'clip'].includes(getComputedStyle(e).overflowX))"
+            ".map(e => `${e.tagName}.${e.className}: ${e.scrollWidth} > ${e.clientWidth}`)")
+        assert clipped == [], clipped
         shot(page, "setup-student-from-hub")
     target = resolve_material(Project.open(root), "student")
     assert target == root / "materials" / "pig_clip-f16.gguf" and target.read_bytes() == f16
