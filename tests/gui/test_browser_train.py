@@ -26,7 +26,9 @@ RECORD_JS = """() => { window.__seen = []; const text = s => { const e = documen
   const rec = () => { const row = [text('#steps-note'), text('#train-metrics [data-metric="step"]'),
     text('#stage-strip [data-stage="train"]')]; const last = window.__seen[window.__seen.length - 1];
     if (!last || last.join('|') !== row.join('|')) window.__seen.push(row); };
-  rec(); new MutationObserver(rec).observe(document.body, {subtree: true, childList: true, characterData: true}); }"""
+  rec(); const watch = new MutationObserver(rec);
+  for (const id of ['#steps-note', '#train-metrics', '#stage-strip'])
+    watch.observe(document.querySelector(id), {subtree: true, childList: true, characterData: true}); }"""
 
 def _start(page, expect) -> None:
     """Start / Resume on the Train tab, through the plan's warning if it has one."""
