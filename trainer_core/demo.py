@@ -19,7 +19,6 @@ from typing import Callable
 
 from trainer_core.base.atomic import atomic_write_text
 from trainer_core.base.errors import UsageError
-from trainer_core.packs.common.tiny_models import SEED, demo_prompts
 from trainer_core.materials import mark_demo
 from trainer_core.packs import DEMO_PACKS, get_pack
 from trainer_core.packs.base import DEMO_SETTINGS
@@ -33,16 +32,17 @@ def build_demo(root: str | Path, pack_id: str = DEMO_PACKS[0],
     """Create the demo project at `root` (which must not be a project yet); `progress(done, total, what)`
     hears each step as it starts (`gguf-trainer demo` draws it as a bar)."""
     step = progress or (lambda done, total, what: None)
-    import torch
-    from transformers import Qwen3Model
-
-    from trainer_core.packs.common.tiny_models import (tiny_qwen3_config, write_qwen_tokenizer, write_student_config,
-                                            write_student_gguf)
-
     pack = get_pack(pack_id)
     if pack.id not in DEMO_PACKS:
         raise UsageError(f"The {pack.id} pack has no demo; use --pack with one of {', '.join(DEMO_PACKS)}.")
-    step(0, 5, "creating the project")
+    # seconds on a first build (this module imports neither, so that a caller can speak first): said before it
+    step(0, 5, "loading torch and transformers")
+    import torch
+    from transformers import Qwen3Model
+
+    from trainer_core.packs.common.tiny_models import (SEED, demo_prompts, tiny_qwen3_config, write_qwen_tokenizer,
+                                                       write_student_config, write_student_gguf)
+
     project = Project.create(root, pack.id)
     mark_demo(project, pack.id)      # before anything else: even a half-built demo stays offline
     materials = project.materials_dir

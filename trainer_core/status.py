@@ -3,6 +3,7 @@
 the engine command. Reads files only; never imports torch."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from trainer_core.base import token_store
@@ -15,9 +16,9 @@ from trainer_core.plan import planned_vs_actual
 from trainer_core.project import Project
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import job_status, read_manifest
-from trainer_core.stages import STAGES, stage_done
+from trainer_core.stages import STAGES, export_current, stage_done
 
-__all__ = ["status_report", "STAGE_DETAILS", "output_files"]
+__all__ = ["status_report", "STAGE_DETAILS", "output_files", "stale_reason"]
 
 STAGE_DETAILS = ("started", "detail", "count", "total", "unit", "step", "planned_steps", "val_cos", "best_val_cos",
                  "error", "eta_s", "rate", "kept")
@@ -49,24 +50,88 @@ def _result_of(project: Project, stage: str) -> str:
     return "result" if stage == "corpus" else "shards"
 
 
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _result_step(project: Project, stage: str, ev: Any) -> int | None:
+    """The training step the export (or the evaluation) on disk is of: eval.json says its GGUF's; a GGUF at
+    least as new as best.pt is best.pt's export; else unknown (reading the GGUF's header is not for status)."""
+    evaluated = ev.get("trained_steps") if isinstance(ev, dict) else None
+    gguf, at = _mtime(project.gguf_path()), _mtime(project.eval_json)
+    if isinstance(evaluated, int) and (stage == "eval" or (gguf is not None and at is not None and at >= gguf)):
+        return evaluated
+    best, best_at = checkpoints.read_sidecar(project, checkpoints.BEST), checkpoints.mtime(project, checkpoints.BEST)
+    if stage == "export" and best and gguf is not None and best_at is not None and gguf >= best_at:
+        return best.trained_steps
+    return None
+
+
+def stale_reason(project: Project, stage: str, last: checkpoints.Sidecar | None, ev: Any) -> str | None:
+    """Why the export or evaluation on disk no longer stands, in words: it is of a shorter training than the one
+    planned now, or older than what it comes from. None for the other stages, and when there is none on disk."""
+    planned = project.settings.train.steps
+    result = {"export": project.gguf_path(), "eval": project.eval_json}.get(stage)
+    if result is None or not result.is_file():
+        return None
+    if last is None or last.trained_steps < planned:
+        step = _result_step(project, stage, ev)
+        return (f"from step {step}" if step is not None else "from an earlier checkpoint") + \
+            f"; training goes on to {planned}"
+    if stage == "export" and not export_current(project):
+        best = checkpoints.read_sidecar(project, checkpoints.BEST)
+        return "older than checkpoints/best.pt" + (f" (step {best.trained_steps})" if best else "")
+    if stage == "eval" and stage_done(project, "export"):
+        return f"older than {project.gguf_path().name}"
+    return None
+
+
+def _train_figures(entry: dict[str, Any], last: checkpoints.Sidecar | None, planned: int) -> dict[str, Any]:
+    """The train stage's figures when it is not running now: the last checkpoint's step (where a resume starts)
+    of the saved count (where it goes). The entry's own are the last log of the run that ended, and its
+    count the one in force then: a count applied since is not in them, nor the steps after the last log."""
+    out = {k: v for k, v in entry.items() if k not in ("eta_s", "rate")}
+    if last is not None or "total" in entry:
+        out.update(total=planned, planned_steps=planned, unit="steps")
+    if last is not None:
+        out.update(count=last.trained_steps, step=last.trained_steps)
+    return out
+
+
 def status_report(project: Project) -> dict[str, Any]:
     info = runtime_status(project)
     state = project.read_state()
+    last = checkpoints.read_sidecar(project, checkpoints.LAST)
+    ev = read_json(project.eval_json, None)
+    # the trainer runs now: its entry is this stage's own (the driver writes it afresh when the stage starts).
+    # Not while a new driver has yet to write state.json: the stage and entry there are the last run's
+    training = info["status"] == "running" and state.get("status") == "running" and state.get("stage") == "train"
     stages = []
     for spec in STAGES:
         entry = state.get("stages", {}).get(spec.name, {})
         done = stage_done(project, spec.name)
         recorded = entry.get("status", "-")
+        if spec.name == "train" and not training:
+            entry = _train_figures(entry, last, project.settings.train.steps)
         if recorded == "failed" and done:
             # its last run failed (a forced export, say) while an earlier result still stands: failed, and that
             # result named as the one on disk, never the green "done"
             entry = {**entry, "kept": f"the previous {_result_of(project, spec.name)} is still on disk"}
         # done once, but what it made is gone or older than its inputs now (a later stage failed, a resume
-        # trained further): "stale", never the green "done" of results that no longer stand
-        shown = "failed" if recorded == "failed" else "done" if done else "stale" if recorded == "done" else recorded
+        # trained further): "stale", never the green "done" of results that no longer stand; so is an export or
+        # evaluation on disk that no longer stands where state.json has no record of the stage (a reset state)
+        why = None if done or recorded not in ("done", "-") else stale_reason(project, spec.name, last, ev)
+        shown = "failed" if recorded == "failed" else "done" if done else \
+            "stale" if recorded == "done" or why else recorded
+        if why:          # the card and the CLI say why, instead of the finished run's progress
+            entry = {**{k: v for k, v in entry.items() if k not in ("count", "total", "unit", "eta_s")},
+                     "detail": why}
         stages.append({"name": spec.name, "title": spec.title, "done": done, "status": shown,
                        **({} if shown == "done" else {k: entry[k] for k in STAGE_DETAILS if k in entry})})
-    last, best = (checkpoints.read_sidecar(project, which) for which in (checkpoints.LAST, checkpoints.BEST))
+    best = checkpoints.read_sidecar(project, checkpoints.BEST)
     return {"project": str(project.root), "pack": project.pack.id, "name": project.settings.name,
             "status": info["status"], "pid": info["pid"], "stage_pid": info["stage_pid"],
             "run": state.get("run"), "stage": state.get("stage"), "error": state.get("error"),
@@ -78,7 +143,7 @@ def status_report(project: Project) -> dict[str, Any]:
             "ggk_edit_args": project.pack.ggk_edit_args,
             "snapshots": read_manifest(project), "snapshot_job": job_status(project),
             "outputs": output_files(project), "kept_steps": checkpoints.kept_steps(project),
-            "eval": read_json(project.eval_json, None), "metric_names": list(project.pack.metric_names),
+            "eval": ev, "metric_names": list(project.pack.metric_names),
             # how to read it (the pack's judge); whether its targets were the mock teacher's (the val shards it scored
             # were written under a " mock-teacher" contract, or the project runs the mock now) or a demo's stand-ins
             "eval_guide": project.pack.judge.to_dict() if project.pack.judge else None,

@@ -105,7 +105,8 @@ def build_app(ctx: Ctx) -> gr.Blocks:
             with gr.Tab("Output", id="output"):
                 output_tab.build(ctx, project_state, top_banner, slow)
         app.load(lambda: setup_tab.initial_project(ctx), [], setup["view_outputs"], api_name=False)
-        project_state.change(train_tab.load_steps, [project_state], [train["steps_box"]], api_name=False)
+        project_state.change(train_tab.load_steps, [project_state], [train["steps_box"], train["steps_row"]],
+                             api_name=False)
     return app
 
 

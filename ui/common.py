@@ -8,7 +8,6 @@ from typing import Any
 
 __all__ = ["banner", "fmt_duration", "fmt_size", "fmt_num", "stage_strip_html", "STATUS_COLORS"]
 
-TRAIN_STAGE = "train"        # its card counts steps: a stopped one shows the checkpoint's
 STATUS_COLORS = {"running": "#2563eb", "done": "#16a34a", "failed": "#dc2626", "interrupted": "#d97706",
                  "stopped": "#6b7280", "idle": "#6b7280", "skipped": "#6b7280", "stale": "#d97706", "-": "#9ca3af"}
 
@@ -74,16 +73,15 @@ def _stage_progress(stage: dict[str, Any], live: dict[str, Any] | None, status: 
 
 
 def stage_strip_html(report: dict[str, Any], progress: dict[str, dict[str, Any]]) -> str:
-    """Six boxes, corpus → eval: title, status, progress and ETA."""
+    """Six boxes, corpus → eval: title, status, progress and ETA. A running stage's progress is its own (the
+    Supervisor drops a stage's progress when it starts again); a train stage that is not running shows the
+    checkpoint's step of the saved count, and a stale export or evaluation why (status.status_report)."""
     boxes = []
     running = report.get("status") == "running"
-    checkpoint = ((report.get("checkpoints") or {}).get("last") or {}).get("step")
     for stage in report.get("stages", []):
         status = stage["status"]
         if status == "running" and not running:
             status = "interrupted"
-        if stage["name"] == TRAIN_STAGE and status != "running" and stage.get("total") and checkpoint is not None:
-            stage = {**stage, "count": checkpoint}    # where it stopped: the checkpoint's step, not its last log
         color = STATUS_COLORS.get(status, "#6b7280")
         detail = _stage_progress(stage, progress.get(stage["name"]) if status == "running" else None, status)
         boxes.append(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import glob
+import queue
 import shutil
+import threading
 from pathlib import Path
+from typing import Callable, Iterator
 
 from trainer_core.base.errors import TrainerError
 from trainer_core.packs import DEMO_PACKS, get_pack
@@ -17,7 +20,11 @@ from ui.context import Ctx
 from ui.paths import PathRefused, os_error_sentence
 from ui.project_view import AFRESH_LABEL, ProjectView, _opened, current_view
 
-__all__ = ["run_demo", "restart_demo"]
+__all__ = ["run_demo", "restart_demo", "demo_steps", "BUILDING"]
+
+BUILDING = "Building the demo"        # the banner's words while it is built, before each step's name
+
+Progress = Callable[[int, int, str], None]
 
 
 def _how_long(pack_id: str) -> str:
@@ -31,18 +38,43 @@ def _stages_left(project: Project) -> list[str]:
     return [name for name in STAGE_NAMES if stage_wanted(project, name)]
 
 
-def run_demo(ctx: Ctx, pack_id: str = DEMO_PACKS[0], current: str | None = None) -> tuple:
+def demo_steps(action: Callable[[Progress], tuple]) -> Iterator[tuple]:
+    """The demo buttons' answers as they come: `action(progress)` (run_demo or restart_demo) runs in a thread
+    while each step of a build it reports is shown as it starts, in the banner alone ("Building the demo (2/5):
+    the student GGUF…"), then its own answer. The build's first step is said before torch is imported: the
+    banner speaks within a second of the click, not after the 10–15 s a first build takes."""
+    steps: queue.Queue = queue.Queue()
+    outcome: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            outcome["view"] = action(lambda done, total, what: steps.put((done, total, what)))
+        except BaseException as e:          # a bug: raised in the handler below, as Gradio would show it
+            outcome["error"] = e
+        finally:
+            steps.put(None)
+    threading.Thread(target=work, name="demo-build", daemon=True).start()
+    while (step := steps.get()) is not None:
+        done, total, what = step
+        yield ProjectView.banner_only(f"{BUILDING} ({done}/{total}): {what}…", "notice")
+    if "error" in outcome:
+        raise outcome["error"]       # type: ignore[misc]
+    yield outcome["view"]
+
+
+def run_demo(ctx: Ctx, pack_id: str = DEMO_PACKS[0], current: str | None = None,
+             progress: Progress | None = None) -> tuple:
     """The demo button: build the pack's demo project under the demo folder and start it. A demo that
     exists is opened: running, it is left alone; unfinished, it is resumed (its finished stages are
     kept); complete, nothing starts and the "afresh" confirm (`restart_demo`) is offered. Refused,
-    the project open now (`current`) stays open."""
+    the project open now (`current`) stays open. `progress` hears the build's steps (demo_steps)."""
     from trainer_core.demo import build_demo
     offer, kind, wait = False, "ok", RUN           # a started run: its banner gives way to its outcome
     try:
         pack = get_pack(pack_id)
         root = ctx.demo_root / pack.default_folder
         built = not folder_is_project(root)
-        project = build_demo(root, pack.id) if built else Project.open(root)
+        project = build_demo(root, pack.id, progress) if built else Project.open(root)
         _opened(ctx, project)
         status = runtime_status(project)["status"]
         left = [] if built or status == "running" else _stages_left(project)
@@ -78,9 +110,9 @@ def _demo_outputs(project: Project, demo_root: Path) -> list[Path]:
     return [p for p in found if p.is_file() and p.resolve().parent == demo_root]
 
 
-def restart_demo(ctx: Ctx, current: str | None) -> tuple:
+def restart_demo(ctx: Ctx, current: str | None, progress: Progress | None = None) -> tuple:
     """The "afresh" confirm: delete the open demo's folder (and its exports beside it), build the demo
-    again from nothing as the demo button does the first time, and start it."""
+    again from nothing as the demo button does the first time (`progress` hears its steps), and start it."""
     from trainer_core.demo import build_demo
     from trainer_core.materials import is_demo
     if not current:
@@ -104,7 +136,7 @@ def restart_demo(ctx: Ctx, current: str | None) -> tuple:
     except OSError as e:
         return current_view(ctx, current, os_error_sentence(e, "demo folder"))
     try:
-        project = build_demo(root, pack_id)
+        project = build_demo(root, pack_id, progress)
         _opened(ctx, project)
         pid = ctx.supervisor.start_run(project.root)
     except (TrainerError, OSError) as e:

@@ -30,7 +30,7 @@ from ui.context import Ctx
 from ui.train_tab import SNAPSHOT_EVAL_DEFAULT, request_snapshot
 
 __all__ = ["build", "output_tick", "export_again", "delete_kept_step", "quality_frame", "quality_figure",
-           "model_files", "ggk_command_text", "model_file_defaults", "eval_markdown"]
+           "model_files", "ggk_command_text", "model_file_defaults", "eval_markdown", "stale_note"]
 
 FILE_COLUMNS = ["file", "size", "modified"]
 SNAP_COLUMNS = ["step", "of planned", "checkpoint", "val cos", "eval", "file"]
@@ -82,6 +82,21 @@ def eval_markdown(report: dict[str, Any], guide: EvalGuide | None) -> str:
         listed = "\n".join(f"- **{k}**: {fmt_num(ev[k])}" for k in rest)
         parts.append(f"**Other metrics**\n\n{listed}" if guide else listed)
     return "\n\n".join(p for p in parts if p)
+
+
+def stale_note(report: dict[str, Any], stage: str) -> str:
+    """A line above the GGUF (`export`) or the evaluation (`eval`) when the one on disk no longer stands: it is
+    of an earlier checkpoint than the run's (status.stale_reason says which); "" when it is current."""
+    entry = next((s for s in report.get("stages") or [] if s.get("name") == stage), {})
+    there = report.get("eval") if stage == "eval" else \
+        any(f.get("path") == report.get("export") for f in report.get("outputs") or [])
+    if entry.get("status") != "stale" or not there:
+        return ""
+    why = f" ({entry['detail']})" if entry.get("detail") else ""
+    if stage == "export":
+        return (f"**⚠ The exported GGUF ({Path(report.get('export') or '').name}) is from an earlier checkpoint**"
+                f"{why}. The next run exports it again once training is done; Export GGUF exports best.pt now.")
+    return f"**⚠ These figures are of an earlier export**{why}; the evaluation follows the next export."
 
 
 def quality_frame(report: dict[str, Any]) -> pd.DataFrame:
@@ -168,7 +183,8 @@ def output_tick(ctx: Ctx, project_path: str | None, seen_quality: str | None = N
     files = [[f["name"], fmt_size(f["size"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(f["mtime"]))]
              for f in report.get("outputs") or []]
     out_note = f"Output folder: `{Path(report.get('export', '')).parent}`" if report.get("export") else ""
-    eval_md = eval_markdown(report, view.project.pack.judge)
+    out_note = "\n\n".join(n for n in (stale_note(report, "export"), out_note) if n)
+    eval_md = "\n\n".join(n for n in (stale_note(report, "eval"), eval_markdown(report, view.project.pack.judge)) if n)
     snaps = [[e["step"], e.get("planned_steps"), e.get("checkpoint"), fmt_num(e.get("val_cos")),
               (lambda k: f"{k[0]} {fmt_num(k[1])}" if k else "–")(_eval_key(e, _judged_names(report))),
               Path(e.get("path", "")).name] for e in report.get("snapshots") or []]
@@ -229,7 +245,7 @@ def delete_kept_step(ctx: Ctx, project_path: str | None, which: str | None) -> s
 def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Timer) -> dict[str, Any]:
     gr.Markdown("### Exported files")
     files = gr.Dataframe(headers=FILE_COLUMNS, value=[], interactive=False, elem_id="output-files", wrap=True)
-    out_note = gr.Markdown("")
+    out_note = gr.Markdown("", elem_id="output-note")
     export_btn = gr.Button("Export GGUF (regenerate from best.pt)", elem_id="export-again")
     gr.Markdown("### Evaluation")
     eval_md = gr.Markdown("no evaluation yet", elem_id="eval")

@@ -59,6 +59,11 @@ class ProjectView:
                 gr.update(interactive=open_), gr.update(visible=offer_afresh)]
 
     @staticmethod
+    def banner_only(message: str, kind: str = "notice") -> tuple:
+        """A banner, every other output left as it is: a step of an action that is not over yet."""
+        return (gr.skip(), banner(message, kind), *[gr.skip() for _ in range(1 + len(FIELDS) + ProjectView.EXTRAS + 4)])
+
+    @staticmethod
     def of(ctx: Ctx, project: Project | None, message: str = "", kind: str = "notice",
            error: ConfigError | None = None, offer_afresh: bool = False, wait: str | None = None) -> tuple:
         if project is None:

@@ -20,7 +20,7 @@ from ui import materials_panel
 from ui.action_banner import RUN
 from ui.common import banner, fmt_size
 from ui.context import Ctx
-from ui.demo_flow import restart_demo, run_demo
+from ui.demo_flow import demo_steps, restart_demo, run_demo
 from ui.paths import PathRefused, check_length, check_name, os_error_sentence, shown
 from ui.plan_panel import plan_summary, run_calibration
 from ui.project_view import (AFRESH_LABEL, NO_PROJECT_NOTE, ProjectView, _opened, current_view, disk_estimate,
@@ -328,11 +328,17 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
                    api_name="open_project")
     create_btn.click(lambda n, k, r, c, f="": create_project(ctx, n, k, r, c, f),
                      [new_name, new_pack, new_root, project_state, new_from], view_outputs, api_name="create_project")
-    # the demo buttons build or delete the demo's folder: one at a time
-    demo_btn.click(lambda k, c: run_demo(ctx, k, c), [demo_pack, project_state], view_outputs, api_name="run_demo",
-                   concurrency_id="demo", concurrency_limit=1)
-    afresh_btn.click(lambda c: restart_demo(ctx, c), [project_state], view_outputs, api_name=False,
-                     concurrency_id="demo", concurrency_limit=1)
+    # the demo buttons build or delete the demo's folder: one at a time. Their answers stream (generators): the
+    # banner names each step of the build as it starts, so no output waits under a spinner meanwhile
+    def demo_clicked(pack_id: str, current: str | None):
+        yield from demo_steps(lambda progress: run_demo(ctx, pack_id, current, progress))
+
+    def afresh_clicked(current: str | None):
+        yield from demo_steps(lambda progress: restart_demo(ctx, current, progress))
+    demo_btn.click(demo_clicked, [demo_pack, project_state], view_outputs, api_name="run_demo",
+                   concurrency_id="demo", concurrency_limit=1, show_progress="hidden")
+    afresh_btn.click(afresh_clicked, [project_state], view_outputs, api_name=False,
+                     concurrency_id="demo", concurrency_limit=1, show_progress="hidden")
     root_btn.click(lambda r, c: change_root(ctx, r, c), [new_root, project_state],
                    [*view_outputs, new_root, browse_dir, entries], api_name=False)
     save_btn.click(lambda p, t, *v: save_settings(ctx, p, t, *v), [project_state, hf_token, *fields.values()],

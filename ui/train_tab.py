@@ -25,7 +25,7 @@ from ui.context import Ctx
 
 __all__ = ["build", "train_tick", "apply_steps", "stop_run", "request_snapshot", "preview_reset", "confirm_reset",
            "cancel_reset", "chart_frame", "chart_x_lim", "metrics_html", "hardware_html", "trainer_planned",
-           "steps_note", "SNAPSHOT_EVAL_DEFAULT"]
+           "trainer_step", "steps_note", "SNAPSHOT_EVAL_DEFAULT"]
 
 # "Also evaluate" of a snapshot export, on the Train and the Output tab alike: off, as the CLI's
 # `snapshot` (without --eval); evaluating while training runs takes the CPU from the trainer's data feed
@@ -74,15 +74,10 @@ def metrics_html(snap: dict[str, Any]) -> str:
     p, v = snap.get("last_train") or {}, snap.get("last_val") or {}
     report = snap.get("report") or {}
     running = report.get("status") == "running"
-    stage = _train_stage(snap)
-    # the trainer's own figures only once it logged in this run: before that (a run just started, or none
-    # running) the last point is an earlier run's, and the step that counts is the checkpoint's
-    started, at = (stage or {}).get("started"), p.get("time")
-    live = stage is not None and not (isinstance(at, (int, float)) and isinstance(started, (int, float))
-                                      and at < started)
-    if live:
-        step, planned = p.get("step", "–"), trainer_planned(snap) or p.get("planned_steps", "–")
-    else:
+    # the trainer's own figures once it has reported them in this train stage (trainer_step); before that (a run
+    # just started, or none running) the step that counts is the checkpoint's, of the saved count
+    step, planned = trainer_step(snap), trainer_planned(snap)
+    if step is None or planned is None:
         last = (report.get("checkpoints") or {}).get("last") or {}
         step, planned = last.get("step", p.get("step", "–")), report.get("planned_steps", "–")
     cells = [("step", f"{step} / {planned}"),
@@ -91,7 +86,7 @@ def metrics_html(snap: dict[str, Any]) -> str:
              ("lr", f"{p['lr']:.2e}" if isinstance(p.get("lr"), float) else "–"),
              ("prompts/s", fmt_num(p.get("samples_per_s"), 1))]
     if running:
-        cells.append(("ETA", fmt_duration(p.get("eta_s")) if live else "–"))
+        cells.append(("ETA", fmt_duration(p.get("eta_s")) if _live_point(snap) else "–"))
     ck = report.get("checkpoints") or {}
     note = "checkpoints: last + best" if ck.get("last") else "no checkpoints yet"
     return ('<div class="gt-metrics" style="display:flex;gap:14px;flex-wrap:wrap">'
@@ -139,30 +134,45 @@ def _status_line(snap: dict[str, Any]) -> str:
 
 
 def _train_stage(snap: dict[str, Any]) -> dict[str, Any] | None:
-    """The train stage's live entry while the trainer runs (None otherwise)."""
+    """The train stage's live entry while the trainer runs (None otherwise): state.json's, which the driver
+    writes afresh when the stage starts, so all it holds is this stage's. A stage that is not "running" there is
+    not live, even in a running pipeline's report (a new driver's, before it has written state.json)."""
     report = snap.get("report") or {}
     if report.get("status") != "running" or report.get("stage") != "train":
         return None
-    return next((s for s in report.get("stages") or [] if s.get("name") == "train"), {})
+    stage = next((s for s in report.get("stages") or [] if s.get("name") == "train"), {})
+    return stage if stage.get("status") == "running" else None
+
+
+def _live_point(snap: dict[str, Any]) -> dict[str, Any]:
+    """The trainer's last logged point when this train stage logged it; {} when no trainer runs or the point
+    was logged before the stage started (an earlier run's: its step and count are not the live trainer's)."""
+    stage, point = _train_stage(snap), snap.get("last_train") or {}
+    if stage is None:
+        return {}
+    started, at = stage.get("started"), point.get("time")
+    if isinstance(at, (int, float)) and isinstance(started, (int, float)) and at < started:
+        return {}
+    return point
+
+
+def _counts(*values: Any) -> list[int]:
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
 
 def trainer_planned(snap: dict[str, Any]) -> int | None:
-    """The step count the running trainer uses now: its latest status or metric event (which
-    state.json keeps; the trainer reports a changed train.steps as soon as it reads it), else its
-    last logged point. None when no trainer runs."""
-    stage = _train_stage(snap)
-    if stage is None:
-        return None
-    for value in (stage.get("planned_steps"), (snap.get("last_train") or {}).get("planned_steps")):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
+    """The step count the running trainer uses now: its latest status or metric event in this stage (which
+    state.json keeps; the trainer reports a changed train.steps as soon as it reads it), else its last point
+    logged in this stage. None when no trainer runs or it has not said yet."""
+    found = _counts((_train_stage(snap) or {}).get("planned_steps"), _live_point(snap).get("planned_steps"))
+    return found[0] if found else None
 
 
-def _trainer_step(snap: dict[str, Any]) -> int | None:
+def trainer_step(snap: dict[str, Any]) -> int | None:
+    """The running trainer's step as it has reported it in this stage (where it resumed, its progress, its last
+    logged point); None when no trainer runs or it has not said yet."""
     stage = _train_stage(snap) or {}
-    steps = [v for v in (stage.get("step"), stage.get("count"), (snap.get("last_train") or {}).get("step"))
-             if isinstance(v, int) and not isinstance(v, bool)]
+    steps = _counts(stage.get("step"), stage.get("count"), stage.get("resumed_at"), _live_point(snap).get("step"))
     return max(steps) if steps else None
 
 
@@ -174,7 +184,7 @@ def steps_note(snap: dict[str, Any]) -> str:
     planned = report.get("planned_steps")
     live = trainer_planned(snap)
     if _train_stage(snap) is not None:
-        step = _trainer_step(snap)
+        step = trainer_step(snap)
         caught_up = live == planned or (None not in (live, step, planned) and planned <= step and live <= step)
         if live is None or caught_up:
             return ""
@@ -197,9 +207,9 @@ def train_tick(ctx: Ctx, project_path: str | None, seen_chart: int, shown: str |
     outcome once that action has ended (ui/action_banner.py), else it is left alone; last the chart's step axis
     the page has (`axis`, see chart_update)."""
     view = ctx.supervisor.view(project_path)
-    if view is None:
+    if view is None:          # nothing to start (Planned steps: load_steps)
         return ("No project open", "", gr.skip(), "", "", "", gr.skip(), seen_chart,
-                gr.update(visible=True), gr.update(visible=False), gr.skip(), axis)
+                gr.update(visible=True, interactive=False), gr.update(visible=False), gr.skip(), axis)
     snap = view.snapshot()
     chart, seen_chart, axis = chart_update(snap, seen_chart, axis)
     report = snap.get("report") or {}
@@ -207,7 +217,7 @@ def train_tick(ctx: Ctx, project_path: str | None, seen_chart: int, shown: str |
     outcome = follow_up(shown, report)
     return (_status_line(snap), stage_strip_html(report, snap["progress"]), chart,
             metrics_html(snap), hardware_html(snap), steps_note(snap),
-            gr.skip(), seen_chart, gr.update(visible=not running), gr.update(visible=running),
+            gr.skip(), seen_chart, gr.update(visible=not running, interactive=True), gr.update(visible=running),
             gr.skip() if outcome is None else outcome, axis)
 
 
@@ -308,7 +318,8 @@ def cancel_reset() -> tuple[str, Any, Any]:
 def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Timer) -> dict[str, Any]:
     status = gr.Markdown("No project open", elem_id="train-status")
     with gr.Row():
-        start_btn = gr.Button("Start / Resume", variant="primary", elem_id="train-start")
+        # usable once a project is open (the tick, load_steps): with none there is nothing to start
+        start_btn = gr.Button("Start / Resume", variant="primary", interactive=False, elem_id="train-start")
         anyway_btn = gr.Button("Start anyway", variant="secondary", visible=False, elem_id="train-start-anyway")
         stop_btn = gr.Button("Stop", variant="stop", visible=False, elem_id="train-stop")
         snap_ck = gr.Dropdown([("latest step", "last"), ("best validation", "best")], value="last",
@@ -320,8 +331,9 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     chart = gr.LinePlot(EMPTY_CHART, x="step", y="value", color="series", title="loss / cos / val cos",
                         height=300, elem_id="train-chart")
     metrics = gr.HTML("", elem_id="train-metrics")
-    with gr.Row():
-        steps_box = gr.Number(label="Planned steps", precision=0, minimum=1, scale=2, elem_id="planned-steps")
+    # shown once a project is open (load_steps): Gradio draws an empty Number as a 0, below its minimum of 1
+    with gr.Row(visible=False, elem_id="planned-steps-row") as steps_row:
+        steps_box = gr.Number(None, label="Planned steps", precision=0, minimum=1, scale=2, elem_id="planned-steps")
         apply_btn = gr.Button("Apply", scale=1, elem_id="apply-steps")
         steps_note = gr.Markdown("", elem_id="steps-note")
     with gr.Accordion("Reset…", open=False):
@@ -351,7 +363,7 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     reset_confirm.click(lambda p, w: confirm_reset(ctx, p, w), [project_state, reset_what], [reset_list, reset_row],
                         api_name="reset", api_visibility="private")
     reset_cancel.click(cancel_reset, [], [reset_list, reset_row, reset_what], api_name=False)
-    return {"steps_box": steps_box, "timer": timer}
+    return {"steps_box": steps_box, "steps_row": steps_row, "timer": timer}
 
 
 def _start(ctx: Ctx, anyway: bool = False):
@@ -363,10 +375,13 @@ def _start(ctx: Ctx, anyway: bool = False):
     return start
 
 
-def load_steps(project_path: str | None) -> Any:
-    if not project_path:
-        return gr.update()
+def load_steps(project_path: str | None) -> tuple[Any, Any]:
+    """(Planned steps, its row) for the project just opened: its train.steps, shown; with none open (or one that
+    cannot be read) the row is hidden, never an empty field drawn as an invalid 0."""
     try:
-        return gr.update(value=Project.open(project_path).settings.train.steps)
+        steps = Project.open(project_path).settings.train.steps if project_path else None
     except TrainerError:
-        return gr.update()
+        steps = None
+    if steps is None:
+        return gr.update(), gr.update(visible=False)
+    return gr.update(value=steps), gr.update(visible=True)

@@ -94,7 +94,15 @@ def app_page(ctx, browser, tab: str = "Setup"):
 def test_the_demo_runs_from_its_button_and_the_output_tab_lists_the_gguf(ctx, browser, monkeypatch, tmp_path):
     from playwright.sync_api import expect
     with app_page(ctx, browser) as page:
+        # no project yet: nothing to start on Train, and no Planned steps (an empty Number is drawn as a red 0)
+        page.get_by_role("tab", name="Train").click()
+        expect(page.locator("#train-status")).to_contain_text("No project open", timeout=60_000)
+        expect(page.locator("#train-start")).to_be_disabled()
+        expect(page.locator("#planned-steps")).to_be_hidden()
+        page.get_by_role("tab", name="Setup").click()
         page.locator("#demo-btn").click()
+        # the build speaks while it goes on (issue 56 item 3), then the demo starts
+        expect(page.locator("#banner")).to_contain_text("Building the demo (", timeout=60_000)
         expect(page.locator("#banner")).to_contain_text("Demo started", timeout=120_000)
         shot(page, "setup")
 
@@ -116,6 +124,10 @@ def test_the_demo_runs_from_its_button_and_the_output_tab_lists_the_gguf(ctx, br
         page.get_by_role("tab", name="Train").click()
         expect(page.locator("#train-status")).to_contain_text("done", timeout=120_000)
         expect(page.locator("#banner")).to_contain_text("The run finished", timeout=60_000)   # not "Demo started"
+        # a project is open: its count in Planned steps, and Start usable
+        steps = Project.open(ctx.demo_root / "t5_adapter").settings.train.steps
+        expect(page.locator("#planned-steps input")).to_have_value(str(steps))
+        expect(page.locator("#train-start")).to_be_enabled()
         expect(page.locator('#train-chart [aria-roledescription="line mark"]')).to_have_count(3, timeout=30_000)
         expect(page.locator("#train-chart").get_by_text("val_cos")).to_be_visible(timeout=30_000)
         labels_apart(page)                          # 200 steps: "195" and "200" once ran together at the end

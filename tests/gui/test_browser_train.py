@@ -1,9 +1,12 @@
 """In a real browser (as tests/gui/test_browser.py), on a trained demo given many more steps: the Output tab with
 the pack's judging guide, then the Train tab running, stopped and resumed (screenshots of each, `shot`). What a
-person sees along the way: each stage card says "done" once, the chart's step labels never run into each other,
-an action's banner gives way to its outcome, and the kept steps' buttons wait for a kept step."""
+person sees along the way: each stage card says "done" once, the export and evaluation of the shorter training
+are stale with why (issue 56 item 5), the chart's step labels never run into each other, an action's banner gives
+way to its outcome, a count applied while stopped is what the cards, the metrics and the note say before and after
+the resume (item 4), and the kept steps' buttons wait for a kept step."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
@@ -14,6 +17,18 @@ from .test_browser import app_page, browser, labels_apart, shot  # noqa: F401 â€
 
 PACK = "t5xxl_pixart"
 MANY_STEPS = 100_000            # the resumed training runs until it is stopped
+APPLIED = 2 * MANY_STEPS        # applied while stopped, before the second resume
+
+# every change of the steps note, the step metric and the train card, recorded in the page from the moment it is
+# installed: what the page showed at any time, not only when the test looked
+RECORD_JS = """() => { window.__seen = []; const text = s => { const e = document.querySelector(s);
+  return e ? e.textContent.trim() : null; };
+  const rec = () => { const row = [text('#steps-note'), text('#train-metrics [data-metric="step"]'),
+    text('#stage-strip [data-stage="train"]')]; const last = window.__seen[window.__seen.length - 1];
+    if (!last || last.join('|') !== row.join('|')) window.__seen.push(row); };
+  rec(); const watch = new MutationObserver(rec);
+  for (const id of ['#steps-note', '#train-metrics', '#stage-strip'])
+    watch.observe(document.querySelector(id), {subtree: true, childList: true, characterData: true}); }"""
 
 def _start(page, expect) -> None:
     """Start / Resume on the Train tab, through the plan's warning if it has one."""
@@ -49,16 +64,24 @@ def test_train_running_stopped_resumed_and_the_output_guide(ctx, browser):  # no
         expect(page.locator("#eval")).to_contain_text(f"Judge by `{guide.headline}`".replace("`", ""),
                                                       timeout=60_000)
         expect(page.locator("#eval")).to_contain_text("What good looks like")
+        # the GGUF and its figures are of best.pt at the finished run's end: an earlier checkpoint than the run's
+        exported = json.loads((project.checkpoints_dir / "best.json").read_text())["step"]
+        why = f"from step {exported}; training goes on to {MANY_STEPS}"
+        expect(page.locator("#eval")).to_contain_text(f"These figures are of an earlier export ({why})")
+        expect(page.locator("#output-note")).to_contain_text(f"is from an earlier checkpoint ({why})")
         expect(page.locator("#kept-steps")).to_be_visible()
         assert not project.checkpoints_dir.joinpath("history").is_dir()       # no kept step: nothing to act on
         expect(page.locator("#kept-export")).to_be_disabled()
         expect(page.locator("#kept-delete")).to_be_disabled()
         shot(page, "output-guide")
 
-        # the finished run: each card says "done" once; the chart's end labels stand apart
+        # the finished run: each card says "done" once, export and evaluation stale with why; the chart's end
+        # labels stand apart
         page.get_by_role("tab", name="Train").click()
         strip = page.locator("#stage-strip")
-        expect(strip.locator('[data-stage="eval"]')).to_have_attribute("data-status", "done", timeout=60_000)
+        for stage in ("export", "eval"):
+            expect(strip.locator(f'[data-stage="{stage}"]')).to_have_attribute("data-status", "stale", timeout=60_000)
+            expect(strip.locator(f'[data-stage="{stage}"]')).to_contain_text(why)
         done = strip.locator('.gt-stage[data-status="done"]')
         assert done.count() >= 3                              # corpus and precompute at least (train has more to do)
         for card in done.all():
@@ -95,10 +118,30 @@ def test_train_running_stopped_resumed_and_the_output_guide(ctx, browser):  # no
         labels_apart(page)
         shot(page, "train-stopped")
 
-        # resumed: from the stopped step on
+        # a count applied while stopped: the banner, the card and the metrics say the checkpoint's step of it
+        page.locator("#planned-steps input").fill(str(APPLIED))
+        page.locator("#apply-steps").click()
+        expect(page.locator("#banner")).to_contain_text(f"Saved {APPLIED}: press Start / Resume to continue from "
+                                                        f"step {stopped_at}", timeout=60_000)
+        expect(train).to_contain_text(f"{stopped_at}/{APPLIED} steps", timeout=60_000)
+        expect(page.locator('#train-metrics [data-metric="step"]')).to_have_text(f"{stopped_at} / {APPLIED}")
+
+        # resumed: from the stopped step on, towards the applied count; at no time (recorded in the page) does
+        # the note, the metrics or the card take the stopped run's count for the live trainer's
+        page.evaluate(RECORD_JS)
         _start(page, expect)
         expect(train).to_have_attribute("data-status", "running", timeout=120_000)
         _wait_past(page, stopped_at)
+        expect(train).to_contain_text(f"/{APPLIED} steps", timeout=60_000)
+        metric, card = page.evaluate("() => [document.querySelector('#train-metrics [data-metric=\"step\"]')"
+                                     ".textContent, document.querySelector('#stage-strip [data-stage=\"train\"]')"
+                                     ".textContent]")
+        assert metric.endswith(f"/ {APPLIED}") and f"/{APPLIED} steps" in card, (metric, card)
+        seen = page.evaluate("() => window.__seen")
+        assert len(seen) > 1
+        for note, step, card in seen:
+            assert "trainer still on" not in (note or ""), seen
+            assert f"/ {MANY_STEPS}" not in (step or "") and f"/{MANY_STEPS} " not in (card or ""), seen
         labels_apart(page)
         shot(page, "train-resumed")
         page.locator("#train-stop").click()

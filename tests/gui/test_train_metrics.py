@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ui.train_tab import hardware_html, metrics_html
+from ui.train_tab import hardware_html, metrics_html, steps_note
 
 
 def cells(html: str) -> dict[str, str]:
@@ -40,6 +40,28 @@ def test_once_the_trainer_logs_its_own_figures_are_shown():
     live = snap("running", point_time=600.0, started=500.0, ck_step=200, point_step=250, point_planned=400, eta=75.0)
     shown = cells(metrics_html(live))
     assert shown["step"] == "250 / 400" and shown["ETA"] != "–" and shown["ETA"] != "0 s"
+
+
+def test_a_resumed_run_is_at_its_checkpoint_of_the_saved_count_in_the_note_and_the_metrics():
+    """Issue 56 item 4: stopped at 93 with 200 planned (the last logged point: 90 of 200), 300 applied, resumed
+    at t=500. The earlier run's point is not the live trainer's: no "trainer still on 200" note, and the metrics
+    say 93 / 300 before the trainer reports and after."""
+    resumed = snap("running", point_time=100.0, started=500.0, ck_step=93, planned=300, point_step=90,
+                   point_planned=200)
+    # the new driver runs but has not written state.json yet: the stage there is the stopped run's
+    before = {**resumed, "report": {**resumed["report"], "stages": [
+        {"name": "train", "status": "stopped", "started": 50.0, "step": 90, "count": 90, "planned_steps": 200}]}}
+    assert steps_note(before) == "checkpoint at step 93 of 300" and cells(metrics_html(before))["step"] == "93 / 300"
+    assert steps_note(resumed) == "" and cells(metrics_html(resumed))["step"] == "93 / 300"
+    train = resumed["report"]["stages"][0]
+    train.update(resumed_at=93, planned_steps=300)            # the trainer's first status event
+    assert steps_note(resumed) == "" and cells(metrics_html(resumed))["step"] == "93 / 300"
+    # 400 saved while this trainer, at step 95, is still on 300: that note is right
+    train.update(step=95, count=95)
+    resumed["report"]["planned_steps"] = 400
+    assert steps_note(resumed) == "saved 400, trainer still on 300 at step 95 — it picks up the new count at its " \
+                                  "next log interval"
+    assert cells(metrics_html(resumed))["step"] == "95 / 300"
 
 
 def test_the_pipeline_process_is_shown_only_while_the_run_goes_on():

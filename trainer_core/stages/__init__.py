@@ -18,7 +18,7 @@ from trainer_core.contract import checkpoints
 from trainer_core.project import Project
 from trainer_core.contract.shards import split_complete
 
-__all__ = ["StageSpec", "STAGES", "STAGE_NAMES", "stage_done", "stage_wanted", "spec_of"]
+__all__ = ["StageSpec", "STAGES", "STAGE_NAMES", "stage_done", "stage_wanted", "spec_of", "export_current"]
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,19 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
+def export_current(project: Project) -> bool:
+    """The GGUF is at least as new as checkpoints/best.pt (it is that checkpoint's export), and the pack's
+    files beside it are current: whether export has anything to redo for the checkpoint there is now."""
+    gguf, best = _mtime(project.gguf_path()), checkpoints.mtime(project, checkpoints.BEST)
+    return gguf is not None and best is not None and gguf >= best and not project.pack.extras.stale(project)
+
+
 def stage_done(project: Project, name: str, verify: bool = False) -> bool:
     """Whether `name`'s result is on disk and current. A precompute split is done when every shard the corpus
     needs is there, whole and under its own name (by the headers, cheap enough for status); with `verify` (a run
-    deciding what to do) each shard's data is also read against its digest, once per process."""
+    deciding what to do) each shard's data is also read against its digest, once per process. Export is done when
+    the GGUF is best.pt's export and training is done (`train.steps` reached); eval when eval.json is at least as
+    new as a done export."""
     if name == "corpus":
         return all(p.is_file() for p in project.corpus_files())
     if name in ("precompute_val", "precompute_train"):
@@ -74,8 +83,9 @@ def stage_done(project: Project, name: str, verify: bool = False) -> bool:
         last = checkpoints.read_sidecar(project, checkpoints.LAST)
         return last is not None and last.trained_steps >= project.settings.train.steps
     if name == "export":
-        gguf, best = _mtime(project.gguf_path()), checkpoints.mtime(project, checkpoints.BEST)
-        return gguf is not None and best is not None and gguf >= best and not project.pack.extras.stale(project)
+        # an export of a training that has steps to go is of a shorter training than the one planned: not done
+        # (status calls it stale; a run exports again once training is done)
+        return export_current(project) and stage_done(project, "train")
     if name == "eval":
         ev, gguf = _mtime(project.eval_json), _mtime(project.gguf_path())
         return stage_done(project, "export") and ev is not None and ev >= gguf
