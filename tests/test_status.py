@@ -104,7 +104,7 @@ def test_a_finished_training_whose_best_checkpoint_is_newer_than_the_export(tmp_
     assert stage_done(project, "train") and not stage_done(project, "export")
     shown = _stages(project)
     assert shown["export"]["status"] == "stale"
-    assert shown["export"]["detail"] == "older than checkpoints/best.pt (step 300)"
+    assert shown["export"]["detail"] == "older than the best checkpoint (step 300)"
     assert shown["eval"]["status"] == "stale"
 
 

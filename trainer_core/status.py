@@ -83,7 +83,7 @@ def stale_reason(project: Project, stage: str, last: checkpoints.Sidecar | None,
             f"; training goes on to {planned}"
     if stage == "export" and not export_current(project):
         best = checkpoints.read_sidecar(project, checkpoints.BEST)
-        return "older than checkpoints/best.pt" + (f" (step {best.trained_steps})" if best else "")
+        return "older than the best checkpoint" + (f" (step {best.trained_steps})" if best else "")
     if stage == "eval" and stage_done(project, "export"):
         return f"older than {project.gguf_path().name}"
     return None
