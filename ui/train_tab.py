@@ -14,6 +14,7 @@ import pandas as pd
 
 from trainer_core.base.errors import TrainerError
 from trainer_core.contract import checkpoints
+from trainer_core.base.parsers import parse_count
 from trainer_core.project import Project
 from trainer_core.resets import RESETS, planned_deletions, reset
 from trainer_core.runner import runtime_status
@@ -226,11 +227,10 @@ def apply_steps(ctx: Ctx, project_path: str | None, value: Any) -> tuple[str, An
     if not project_path:
         return banner("Open or create a project first."), gr.update()
     try:
-        steps = int(value)
-        if steps <= 0 or steps != float(value):
-            raise ValueError
-    except (TypeError, ValueError):
-        return banner("Steps must be a positive whole number."), gr.update()
+        steps = parse_count(value)                 # 12000, 12k, 1.5k, 12,000: as the CLI's --steps reads them
+    except ValueError:
+        return banner(f"Planned steps must be a positive whole number such as 12000 or 12k, got “{value}”."), \
+            gr.update()
     try:
         project = Project.open(project_path)
         before, after = project.update_settings([f"train.steps={steps}"])
@@ -252,7 +252,7 @@ def apply_steps(ctx: Ctx, project_path: str | None, value: Any) -> tuple[str, An
         note = f"Saved {steps}: the checkpoint at step {step} already covers it."
     else:
         note = f"Saved {steps}."
-    return banner(note, "ok"), gr.update(value=steps)
+    return banner(note, "ok"), gr.update(value=str(steps))
 
 
 def stop_run(ctx: Ctx, project_path: str | None) -> str:
@@ -333,7 +333,8 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
     metrics = gr.HTML("", elem_id="train-metrics")
     # shown once a project is open (load_steps): Gradio draws an empty Number as a 0, below its minimum of 1
     with gr.Row(visible=False, elem_id="planned-steps-row") as steps_row:
-        steps_box = gr.Number(None, label="Planned steps", precision=0, minimum=1, scale=2, elem_id="planned-steps")
+        steps_box = gr.Textbox(None, label="Planned steps", placeholder="e.g. 20000 or 20k", max_lines=1, scale=2,
+                               elem_id="planned-steps")
         apply_btn = gr.Button("Apply", scale=1, elem_id="apply-steps")
         steps_note = gr.Markdown("", elem_id="steps-note")
     with gr.Accordion("Reset…", open=False):
@@ -384,4 +385,4 @@ def load_steps(project_path: str | None) -> tuple[Any, Any]:
         steps = None
     if steps is None:
         return gr.update(), gr.update(visible=False)
-    return gr.update(value=steps), gr.update(visible=True)
+    return gr.update(value=str(steps)), gr.update(visible=True)

@@ -126,7 +126,7 @@ def test_the_demo_runs_from_its_button_and_the_output_tab_lists_the_gguf(ctx, br
         expect(page.locator("#banner")).to_contain_text("The run finished", timeout=60_000)   # not "Demo started"
         # a project is open: its count in Planned steps, and Start usable
         steps = Project.open(ctx.demo_root / "t5_adapter").settings.train.steps
-        expect(page.locator("#planned-steps input")).to_have_value(str(steps))
+        expect(page.locator("#planned-steps").get_by_role("textbox")).to_have_value(str(steps))
         expect(page.locator("#train-start")).to_be_enabled()
         expect(page.locator('#train-chart [aria-roledescription="line mark"]')).to_have_count(3, timeout=30_000)
         expect(page.locator("#train-chart").get_by_text("val_cos")).to_be_visible(timeout=30_000)

@@ -119,7 +119,7 @@ def test_train_running_stopped_resumed_and_the_output_guide(ctx, browser):  # no
         shot(page, "train-stopped")
 
         # a count applied while stopped: the banner, the card and the metrics say the checkpoint's step of it
-        page.locator("#planned-steps input").fill(str(APPLIED))
+        page.locator("#planned-steps").get_by_role("textbox").fill(f"{APPLIED / 1000:g}k")    # as the CLI reads it
         page.locator("#apply-steps").click()
         expect(page.locator("#banner")).to_contain_text(f"Saved {APPLIED}: press Start / Resume to continue from "
                                                         f"step {stopped_at}", timeout=60_000)

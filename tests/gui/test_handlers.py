@@ -120,11 +120,15 @@ def test_apply_steps_validates_and_explains(ctx):
     assert "positive whole number" in message
     message, _ = train_tab.apply_steps(ctx, out[0], -5)
     assert "positive whole number" in message
-    message, box = train_tab.apply_steps(ctx, out[0], 40000)
-    assert "Saved 40000" in message and box["value"] == 40000
+    message, box = train_tab.apply_steps(ctx, out[0], "40000")
+    assert "Saved 40000" in message and box["value"] == "40000"
     assert Project.open(out[0]).settings.train.steps == 40000
-    message, _ = train_tab.apply_steps(ctx, out[0], 40000)
+    message, _ = train_tab.apply_steps(ctx, out[0], "40k")         # as the CLI's --steps takes it (issue 56)
     assert "already 40000" in message
+    message, box = train_tab.apply_steps(ctx, out[0], " 1.5k ")
+    assert "Saved 1500" in message and box["value"] == "1500"
+    message, _ = train_tab.apply_steps(ctx, out[0], "12q")
+    assert message.count("Planned steps must be a positive whole number such as 12000 or 12k, got “12q”") == 1
 
 
 def test_reset_preview_lists_what_goes_and_confirm_deletes_it(ctx):
