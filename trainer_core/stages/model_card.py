@@ -24,6 +24,7 @@ from typing import Any
 
 from trainer_core import __version__
 from trainer_core.base.atomic import atomic_path, atomic_write_text, read_json
+from trainer_core.contract import checkpoints
 from trainer_core.contract.shards import mock_enabled, read_contract
 from trainer_core.packs.eval_guide import eval_lines, machinery_note
 from trainer_core.packs.lookup import resolve_material
@@ -252,7 +253,8 @@ def card_text(project: Project, gguf: Path, snapshot: dict[str, Any] | None, plo
         lines += [f"{MACHINERY_LINE} {note}.", ""]
     base_model, _ = _repos(project)
     which = f"snapshot of the {snapshot.get('checkpoint')} checkpoint" if snapshot else "the best checkpoint"
-    kvs_steps = snapshot.get("step") if snapshot else read_json(project.checkpoints_dir / "best.json", {}).get("step")
+    best = None if snapshot else checkpoints.read_sidecar(project, checkpoints.BEST)
+    kvs_steps = snapshot.get("step") if snapshot else best and best.trained_steps
     lines += [f"# {gguf.name}", "",
               f"A pig_clip adapter for the ggk engine ({pack.title}): with `{gguf.name}`, the pig_clip Qwen3 0.6B GGUF "
               f"stands in for the text encoder of {base_model[0]} (adapter kind `{pack.adapter_kind}`, "
