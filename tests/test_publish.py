@@ -72,6 +72,18 @@ def test_publish_sends_the_gguf_card_and_plot_in_one_commit_byte_for_byte(projec
         assert str(project.root.parent).encode() not in data
     # the same export again: the library finds nothing changed and makes no second commit
     assert _publish(project, "--allow-demo").returncode == 0 and len(hub.commits[REPO]) == 1
+    # a snapshot later, published with --include-snapshots: a second commit, the new file and the rewritten card
+    from trainer_core.snapshot import take_snapshot
+    entry = take_snapshot(project, "last", fresh=False)
+    again = {f.in_repo: f.local.read_bytes() for f in planned_files(project, include_snapshots=True)}
+    assert Path(entry["path"]).name in again and Path(entry["path"]).name not in local
+    assert _publish(project, "--allow-demo", "--include-snapshots").returncode == 0
+    assert len(hub.commits[REPO]) == 2 and hub.repo_files(REPO) == again
+    assert sorted(hub.commits[REPO][1]["paths"]) == sorted(p for p in again if again[p] != local.get(p))
+    # no file of the project or the output folder holds the token but the token file itself
+    for path in [*project.root.rglob("*"), *project.output_dir().iterdir()]:
+        if path.is_file() and path.name != token_store.TOKEN_FILE:
+            assert TOKEN.encode() not in path.read_bytes(), path
 
 
 def test_a_drop_mid_upload_is_sent_again_and_a_publish_the_drop_ended_completes(project, monkeypatch):
@@ -113,6 +125,9 @@ def test_publish_refusals_are_one_sentence_exit_2_and_leave_the_export(project, 
     assert "--allow-demo" in refused()                                          # a demo export
     assert "not a Hub repo name" in refused("--allow-demo", repo="bad name!")
     assert "not a Hub repo name" in refused("--allow-demo", repo="a/b/c")
+    hub.refuse["create"] = (401, "Invalid credentials in Authorization header")
+    assert "HTTP 401" in refused("--allow-demo")                                # a token the Hub does not know
+    hub.refuse.clear()
     hub.write_tokens = {"hf_someone_else"}
     assert "HTTP 403" in refused("--allow-demo")                                # no write access
     hub.write_tokens = None

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from trainer_core.base import token_store
 from trainer_core.base.errors import TrainerError, UsageError
 from trainer_core.contract.shards import mock_enabled, read_contract
-from trainer_core.hub import endpoint, hub_unreachable
+from trainer_core.hub import OFFLINE_MODE, endpoint, hub_unreachable
 from trainer_core.project import Project
 
 __all__ = ["PublishError", "Upload", "planned_files", "check_repo_name", "publish", "add_parser", "cmd_publish",
@@ -142,6 +142,8 @@ def publish(project: Project, repo: str, private: bool = True, include_snapshots
         raise PublishError("There is no Hugging Face token: set one with write access in Setup (Hugging Face token) "
                            "or with `hf auth login`, then publish again.")
     why = hub_unreachable()
+    if why == OFFLINE_MODE:
+        raise PublishError("HF_HUB_OFFLINE is set, so nothing goes to the Hub; unset it and publish again.")
     if why is not None:
         raise PublishError(f"The Hub cannot be reached ({why}); connect and publish again — nothing was sent.")
     from huggingface_hub import CommitOperationAdd, HfApi

@@ -47,3 +47,16 @@ def test_the_publish_panel_lists_the_files_then_publishes_them(ctx, browser, mon
         assert hub.repo_files(REPO) == {f.in_repo: f.local.read_bytes() for f in files}
         (commit,) = hub.commits[REPO]
         assert commit["private"] is True
+
+
+def test_the_panel_shows_a_refusal_in_the_panel_and_keeps_publish_off(ctx, tmp_path):
+    """Without a browser: a bad repo name at the review, and a publish without a token, are one sentence each in
+    the panel's status, with Publish off."""
+    from ui.publish_panel import review_publish, run_publish
+    project = Project.open(demo_cache.copy_trained("t5xxl_pixart", ctx.projects_root))
+    status, button = review_publish(ctx, str(project.root), "bad name!", True, False)
+    assert "not a Hub repo name" in status and button["interactive"] is False
+    status, button = review_publish(ctx, str(project.root), REPO, True, False)
+    assert "README.md" in status and button["interactive"] is True
+    *_, (status, button) = run_publish(ctx, str(project.root), REPO, True, False, True)
+    assert "no Hugging Face token" in status and button["interactive"] is False
