@@ -65,7 +65,22 @@ def test_the_card_follows_the_evaluation_and_snapshots(tmp_path):
     os.utime(project.eval_json, (gguf.stat().st_mtime + 10,) * 2)
     (project.root / "snapshots.json").write_text(json.dumps({"snapshots": [
         {"step": 50, "checkpoint": "last", "val_cos": 0.25, "name": gguf.name.replace("-f16", "-step50-f16")}]}))
+    teacher = project.materials_dir / next(m.subdir or m.repo.rsplit("/", 1)[-1]
+                                           for m in project.pack.materials if m.id == "teacher")
+    (teacher / "README.md").write_text("---\nlicense: apache-2.0\n---\n# the teacher\n")
     write_card(Project.open(root))
     text = project.card_path().read_text(encoding="utf-8")
-    assert _card(project).data.eval_results and "| 50 | last | 0.2500 |" in text
+    card = _card(project)
+    assert card.data.eval_results and "| 50 | last | 0.2500 |" in text
+    assert card.data.license == "apache-2.0"                          # as the teacher's own card states it
     assert "hf_secret_card_token_123" not in text
+    # the mock teacher's synthetic targets: a machinery check again, its first line says why
+    project.update_settings(["precompute.mock_teacher=true"])
+    write_card(Project.open(root))
+    assert _card(project).text.lstrip().startswith("**Machinery check") and "mock teacher" in _card(project).text
+    # no final export, only the snapshot: the card describes the snapshot, with no figures of another file
+    snapshot = gguf.with_name(gguf.name.replace("-f16", "-step50-f16"))
+    gguf.rename(snapshot)
+    write_card(Project.open(root))
+    card = _card(project)
+    assert card.text.count(f"# {snapshot.name}") == 1 and card.data.to_dict().get("model-index") is None
