@@ -564,6 +564,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _lfs_put(self, oid: str) -> None:
         if "upload" in self.hub.refuse:
+            self._read_body()                        # the body first: the connection stays usable
             status, message = self.hub.refuse["upload"]
             raise _HubError(status, "Refused", message)
         length = int(self.headers.get("Content-Length") or 0)

@@ -34,7 +34,7 @@ __all__ = ["write_card", "card_text", "described_file", "card_figures", "plain_c
 
 MACHINERY_LINE = "**Machinery check, not a usable adapter:**"
 _COUNTS = ("trained_steps", "planned_steps", "val_batches", "val_samples")   # eval.json's counts: no figures
-_REAL_TEACHER_ID = "teacher"          # the material id every pack gives its teacher
+_TEACHER_ID = "teacher"          # the material id every pack gives its teacher
 _STUDENT_REPO_ID = "student_tokenizer"
 
 
@@ -85,7 +85,7 @@ def plain_command(command: str) -> str:
 def _repos(project: Project) -> tuple[list[str], list[str]]:
     """(base_model: the teacher's and the student's repos, datasets: the Hub datasets the corpus draws from)."""
     materials = project.pack.project_materials(project)
-    teacher = [m.repo for m in materials if m.id == _REAL_TEACHER_ID and m.repo] or [project.pack.teacher_repo]
+    teacher = [m.repo for m in materials if m.id == _TEACHER_ID and m.repo] or [project.pack.teacher_repo]
     student = [m.repo for m in materials if m.id == _STUDENT_REPO_ID and m.repo]
     datasets = [m.repo for m in materials if m.repo_type == "dataset" and m.repo]
     return list(dict.fromkeys([*teacher, *student])), datasets
@@ -93,7 +93,7 @@ def _repos(project: Project) -> tuple[list[str], list[str]]:
 
 def _teacher_license(project: Project) -> str | None:
     """The `license` of the teacher's own model card, when its snapshot on disk has one."""
-    folder = resolve_material(project, _REAL_TEACHER_ID)
+    folder = resolve_material(project, _TEACHER_ID)
     card = folder / "README.md" if folder is not None and folder.is_dir() else None
     if card is None or not card.is_file():
         return None
@@ -313,8 +313,8 @@ def write_card(project: Project) -> Path | None:
     gguf, snapshot = found
     figures = card_figures(project, gguf, snapshot)
     headline = next(iter(figures), None)
-    final = (int(read_json(project.eval_json, {}).get("trained_steps") or 0), figures[headline]) \
-        if headline and snapshot is None and read_json(project.eval_json, {}).get("trained_steps") else None
+    scored_at = read_json(project.eval_json, {}).get("trained_steps") if headline and snapshot is None else None
+    final = (int(scored_at), figures[headline]) if isinstance(scored_at, int) else None     # the export's eval point
     png = _plot(project, headline, _snapshots(project), final)
     plot = project.card_plot_path()
     if png is not None:
