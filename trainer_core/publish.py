@@ -54,10 +54,16 @@ def default_repo(project: Project) -> str:
 
 def check_repo_name(repo: str) -> str:
     """`OWNER/NAME` or `NAME` (under the token's account), as the Hub accepts them; else one sentence."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
     repo = (repo or "").strip()
     parts = repo.split("/")
-    if len(parts) > 2 or not all(_NAME.match(p) and ".." not in p and "--" not in p and not p.endswith((".", "-"))
-                                 for p in parts):
+    try:
+        validate_repo_id(repo)                       # the library's own rules, then ours (a name per part)
+    except HFValidationError:
+        parts = []
+    if not parts or len(parts) > 2 or not all(_NAME.match(p) and ".." not in p and "--" not in p
+                                              and not p.endswith((".", "-")) for p in parts):
         raise PublishError(f'"{repo}" is not a Hub repo name: use OWNER/NAME (letters, digits, ".", "-" and "_", '
                            f'at most 96 characters each), such as yourname/{_example(repo)}.')
     return repo
@@ -120,9 +126,21 @@ def _hub_error(e: BaseException, repo: str) -> TrainerError:
         if 400 <= code < 500:
             return PublishError(f"The Hub refused the upload to {repo} (HTTP {code}: {said}); nothing was published.")
         return TrainerError(f"The Hub failed (HTTP {code}: {said}); nothing was published, try again later.")
-    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return PublishError(f"The connection to the Hub was lost while publishing to {repo} ({text}); publish again "
-                        f"when it is back (what the Hub already holds is not sent twice).")
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".:")
+    if _lost_connection(e):
+        return PublishError(f"The connection to the Hub was lost while publishing to {repo} ({text}); publish again "
+                            f"when it is back (what the Hub already holds is not sent twice).")
+    return TrainerError(f"Publishing to {repo} failed ({type(e).__name__}: {text}); nothing was published.")
+
+
+def _lost_connection(e: BaseException) -> bool:
+    """A transport error anywhere in the chain (httpx's TransportError family, a socket's OSError)."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, OSError) or any(c.__name__ == "TransportError" for c in type(seen).__mro__):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def publish(project: Project, repo: str, private: bool = True, include_snapshots: bool = False,
