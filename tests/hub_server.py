@@ -1,4 +1,4 @@
-"""A local stand-in for the Hugging Face Hub on loopback, for download tests.
+"""A local stand-in for the Hugging Face Hub on loopback, for download and upload tests.
 
 It speaks the subset of the Hub HTTP API that huggingface_hub 2.4 and datasets 5.2 call
 (checked against their sources and observed in `LocalHub.requests`):
@@ -19,7 +19,7 @@ checked against hf_api.py, _commit_api.py and lfs.py):
     POST /api/{models|datasets}/{repo}/commit/{rev}             NDJSON: header, file (base64), lfsFile, deletedFile
 
 The library chooses Xet on its own side whenever hf_xet is installed (utils/_runtime.is_xet_available: no
-server negotiation), so an upload test sets HF_HUB_DISABLE_XET (`upload_env()`, or the constant in-process).
+server negotiation), so an upload test sets HF_HUB_DISABLE_XET (the constant in-process, the variable in a child).
 
 Files are served straight from `/resolve` with a 200/206 (no redirect to a CDN, no X-Xet-*
 headers), so clients take their plain-HTTP path. The dataset viewer
@@ -345,10 +345,6 @@ class LocalHub:
         self.lfs_puts: list[tuple[str, bool]] = []
         self.commits: dict[str, list[dict[str, Any]]] = {}
         self._private: dict[str, bool] = {}
-
-    def upload_env(self, home: str | os.PathLike[str]) -> dict[str, str]:
-        """client_env() for a child that uploads: the library's plain LFS path (no Xet, which this server lacks)."""
-        return {**self.client_env(home), "HF_HUB_DISABLE_XET": "1"}
 
     def repo_files(self, repo_id: str) -> dict[str, bytes]:
         """{path: bytes} of the repo's head commit."""
