@@ -1,4 +1,4 @@
-"""A local stand-in for the Hugging Face Hub on loopback, for download tests.
+"""A local stand-in for the Hugging Face Hub on loopback, for download and upload tests.
 
 It speaks the subset of the Hub HTTP API that huggingface_hub 2.4 and datasets 5.2 call
 (checked against their sources and observed in `LocalHub.requests`):
@@ -10,6 +10,19 @@ It speaks the subset of the Hub HTTP API that huggingface_hub 2.4 and datasets 5
     GET  /api/{models|datasets}?search=&limit=&expand=&full=    the repo search (HfApi.list_models), paged
                                                                  by a Link header (see "Search" at the end)
 
+Uploads (the section "uploads" below; huggingface_hub 2.5's create_repo, create_commit and its plain LFS path,
+checked against hf_api.py, _commit_api.py and lfs.py):
+
+    POST /api/repos/create                                      JSON {name, organization, visibility, type}
+    POST /api/validate-yaml                                     JSON {content, repoType}: the README's metadata
+    POST /api/{models|datasets}/{repo}/preupload/{rev}          uploadMode lfs (a binary sample, or 10 MB) / regular
+    POST /[datasets/]{repo}.git/info/lfs/objects/batch          "basic" transfer; no actions for a stored object
+    PUT  /lfs-objects/{oid}   POST /lfs-objects/verify          the upload and verify actions' hrefs
+    POST /api/{models|datasets}/{repo}/commit/{rev}             NDJSON: header, file (base64), lfsFile, deletedFile
+
+The library chooses Xet on its own side whenever hf_xet is installed (utils/_runtime.is_xet_available: no
+server negotiation), so an upload test sets HF_HUB_DISABLE_XET (the constant in-process, the variable in a child).
+
 Files are served straight from `/resolve` with a 200/206 (no redirect to a CDN, no X-Xet-*
 headers), so clients take their plain-HTTP path. The dataset viewer
 (`http://datasets-server.<host>/...`, which datasets derives from HF_ENDPOINT) and any
@@ -19,6 +32,7 @@ request shows up in `requests` instead of on the network.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -36,6 +50,7 @@ __all__ = ["LocalHub", "RecordedRequest", "parquet_bytes"]
 
 CHUNK_BYTES = 16 * 1024
 LFS_POINTER_SIZE = 134  # what the Hub reports for every LFS pointer file
+LFS_UPLOAD_SIZE = 10 * 1024 * 1024  # preupload: a text file this large goes to LFS too
 LAST_MODIFIED = "2024-01-01T00:00:00.000Z"
 _REPO_TYPES = {"models": "model", "datasets": "dataset"}
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
@@ -86,6 +101,27 @@ def parquet_bytes(rows: list[dict]) -> bytes:
     return buffer.getvalue()
 
 
+def _metadata_errors(readme: str) -> list[str]:
+    """What the Hub's validate-yaml would refuse in a README: front matter that is no YAML mapping, or a
+    model-index huggingface_hub itself cannot read."""
+    import yaml
+    from huggingface_hub.repocard_data import model_index_to_eval_results
+    if not readme.startswith("---\n"):
+        return []
+    try:
+        data = yaml.safe_load(readme[4:].split("\n---", 1)[0])
+    except yaml.YAMLError as e:
+        return [f"YAML: {e}"]
+    if not isinstance(data, dict):
+        return ["the metadata is not a mapping"]
+    try:
+        if "model-index" in data:
+            model_index_to_eval_results(data["model-index"])
+    except (KeyError, TypeError, ValueError) as e:
+        return [f"model-index: {e!r}"]
+    return []
+
+
 def _git_blob_sha1(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
@@ -118,6 +154,7 @@ class LocalHub:
     def __init__(self, repos: dict[str, dict[str, bytes]], repo_types: dict[str, str] | None = None,
                  *, lfs_threshold: int = 1024):
         repo_types = repo_types or {}
+        self.lfs_threshold = lfs_threshold
         self._repos = {
             (repo_types.get(repo_id, "model"), repo_id):
                 _build_repo(repo_id, repo_types.get(repo_id, "model"), files, lfs_threshold)
@@ -127,6 +164,7 @@ class LocalHub:
         self.stall_after: dict[tuple[str, str], int] = {}
         self.delay_s: float = 0.0
         self.stalled = threading.Event()
+        self._init_uploads()
         self._requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._release = threading.Condition(self._lock)
@@ -289,6 +327,80 @@ class LocalHub:
         known = repo.directories() | set(repo.files)
         return [self._entry(repo, p.strip("/"), expand) for p in paths if p.strip("/") in known]
 
+    # -- uploads (create_repo, preupload, LFS batch + basic upload, commit) ---------------------------------
+    def _init_uploads(self) -> None:
+        """Upload knobs (set them any time):
+          write_tokens       None: any Bearer token may write; else only these (others: 403, none: 401).
+          refuse[endpoint] = (status, message)  answer that endpoint ("create", "preupload", "batch", "upload",
+                             "commit") with this error and X-Error-Message, as the Hub does (a quota, a ban).
+          drop_uploads       the next n LFS PUTs read half their body, then the connection is closed unanswered.
+          drop_commits       the next n commits are read, then the connection is closed unanswered (not committed).
+          owner              the namespace of a repo created without one (the token's user on the Hub).
+        What tests read: `lfs_objects` {sha256: bytes} stored, `lfs_puts` [(sha256, complete)] every PUT,
+        `commits` {repo_id: [{"oid", "summary", "paths", "private"}]}, `repo_files(repo_id)`."""
+        self.write_tokens: set[str] | None = None
+        self.refuse: dict[str, tuple[int, str]] = {}
+        self.drop_uploads = 0
+        self.drop_commits = 0
+        self.owner = "local-user"
+        self.lfs_objects: dict[str, bytes] = {}
+        self.lfs_puts: list[tuple[str, bool]] = []
+        self.commits: dict[str, list[dict[str, Any]]] = {}
+        self._private: dict[str, bool] = {}
+
+    def repo_files(self, repo_id: str) -> dict[str, bytes]:
+        """{path: bytes} of the repo's head commit."""
+        with self._lock:
+            repo = next(r for (_, rid), r in self._repos.items() if rid == repo_id)
+            return {path: f.data for path, f in repo.files.items()}
+
+    def _authorize(self, endpoint: str, headers: dict[str, str]) -> None:
+        token = headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if not token:
+            raise _HubError(401, None, "Invalid username or password.")
+        if self.write_tokens is not None and token not in self.write_tokens:
+            raise _HubError(403, None, "You don't have the rights to create a model under this namespace")
+        if endpoint in self.refuse:
+            status, message = self.refuse[endpoint]
+            raise _HubError(status, "Refused", message)
+
+    def _create_repo(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        repo_type = payload.get("type") or "model"
+        repo_id = f"{payload.get('organization') or self.owner}/{payload['name']}"
+        prefix = "" if repo_type == "model" else f"{repo_type}s/"
+        url = f"{self.url}/{prefix}{repo_id}"
+        with self._lock:
+            if (repo_type, repo_id) in self._repos:
+                return 409, {"error": "You already created this model repo", "url": url}
+            self._repos[(repo_type, repo_id)] = _Repo(repo_id, repo_type, hashlib.sha1(repo_id.encode()).hexdigest(), {})
+            self._private[repo_id] = payload.get("visibility") == "private"
+        return 200, {"url": url, "name": repo_id}
+
+    def _commit(self, repo: _Repo, lines: list[dict[str, Any]]) -> dict[str, Any]:
+        """Apply an NDJSON commit: a new head with the files changed; an lfsFile must be stored already."""
+        header = next((line["value"] for line in lines if line.get("key") == "header"), {})
+        files = dict(repo.files)
+        for line in lines:
+            key, value = line.get("key"), line.get("value") or {}
+            if key == "file":
+                data = base64.b64decode(value["content"])
+                files[value["path"]] = _File(value["path"], data, _git_blob_sha1(data), None)
+            elif key == "lfsFile":
+                data = self.lfs_objects.get(value["oid"])
+                if data is None or len(data) != value["size"]:
+                    raise _HubError(422, "LfsObjectMissing", f"LFS object {value['oid']} was not uploaded")
+                files[value["path"]] = _File(value["path"], data, _git_blob_sha1(data), value["oid"])
+            elif key == "deletedFile":
+                files.pop(value["path"], None)
+        paths = [line["value"]["path"] for line in lines if line.get("key") in ("file", "lfsFile", "deletedFile")]
+        oid = hashlib.sha1(json.dumps([repo.sha, lines], sort_keys=True).encode()).hexdigest()
+        with self._lock:
+            self._repos[(repo.repo_type, repo.repo_id)] = _Repo(repo.repo_id, repo.repo_type, oid, files)
+            self.commits.setdefault(repo.repo_id, []).append(
+                {"oid": oid, "summary": header.get("summary"), "paths": paths,
+                 "private": self._private.get(repo.repo_id)})
+        return {"commitUrl": f"{self.url}/{repo.repo_id}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None}
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: clients pool connections like they do on the Hub
@@ -321,6 +433,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._dispatch()
 
+    def do_PUT(self) -> None:
+        self._dispatch()
+
     def do_CONNECT(self) -> None:
         # An https request through the proxy of client_env(): refuse, it would have left the machine.
         self.hub._record(RecordedRequest("CONNECT", self.path, self._headers()))
@@ -335,8 +450,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self) -> None:
         self.hub._record(RecordedRequest(self.command, self.path, self._headers()))
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         url = urlsplit(self.path)
+        if self._upload_route(url.path):
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if url.netloc and url.hostname not in ("127.0.0.1", "localhost"):
             # A proxied request for another host (datasets' dataset-viewer probe): not served here.
             self._send_json(404, {"error": f"LocalHub does not serve {url.netloc}"})
@@ -354,13 +471,19 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send_json(404, {"error": f"LocalHub has no endpoint {self.command} {url.path}"})
         except _HubError as e:
-            headers = {"X-Error-Code": e.code, "X-Error-Message": str(e)} if e.code else {}
-            if e.commit:
-                headers["X-Repo-Commit"] = e.commit
-            self._send_json(e.status, {"error": str(e)}, headers)
+            self._send_hub_error(e)
+
+    def _send_hub_error(self, e: _HubError) -> None:
+        headers = {"X-Error-Code": e.code, "X-Error-Message": str(e)} if e.code else {}
+        if e.commit:
+            headers["X-Repo-Commit"] = e.commit
+        self._send_json(e.status, {"error": str(e)}, headers)
 
     def _api(self, repo_type: str, segments: list[str], query: dict[str, str], body: bytes) -> None:
         repo, rest = self.hub._find_repo(repo_type, segments)
+        if len(rest) == 2 and rest[0] in ("preupload", "commit") and self.command == "POST":
+            self._upload_api(repo, rest[0], rest[1], body)
+            return
         expand = query.get("expand", "").lower() in ("1", "true")
         if not rest and self.command == "GET":
             self._send_json(200, self.hub._info(repo))
@@ -386,6 +509,108 @@ class _Handler(BaseHTTPRequestHandler):
             return ([paths] if isinstance(paths, str) else list(paths)), bool(expand)
         form = parse_qs(body.decode())
         return form.get("paths", []), form.get("expand", ["false"])[-1].lower() in ("1", "true")
+
+    # -- uploads -----------------------------------------------------------------------------
+    def _upload_route(self, path: str) -> bool:
+        """Answer an upload endpoint that is not under /api/{type}s/{repo}/ (create, LFS batch, PUT, verify);
+        False for any other path."""
+        segments = [unquote(s) for s in path.strip("/").split("/")]
+        try:
+            if segments == ["api", "repos", "create"] and self.command == "POST":
+                self.hub._authorize("create", self._headers())
+                status, payload = self.hub._create_repo(json.loads(self._read_body() or b"{}"))
+                self._send_json(status, payload)
+            elif segments == ["api", "validate-yaml"] and self.command == "POST":
+                errors = _metadata_errors(json.loads(self._read_body() or b"{}").get("content", ""))
+                self._send_json(400 if errors else 200, {"errors": [{"message": m} for m in errors], "warnings": []})
+            elif segments[-4:] == ["info", "lfs", "objects", "batch"] and self.command == "POST":
+                self._lfs_batch(segments[:-4], json.loads(self._read_body() or b"{}"))
+            elif segments[:1] == ["lfs-objects"] and self.command == "PUT":
+                self._lfs_put(segments[1])
+            elif segments == ["lfs-objects", "verify"] and self.command == "POST":
+                data = json.loads(self._read_body() or b"{}")
+                known = data.get("oid") in self.hub.lfs_objects
+                self._send_json(200 if known else 404, {"success": known})
+            else:
+                return False
+        except _HubError as e:
+            self._send_hub_error(e)
+        return True
+
+    def _read_body(self) -> bytes:
+        """The request body, by Content-Length or chunked."""
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = bytearray()
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return bytes(out)
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _lfs_batch(self, segments: list[str], payload: dict[str, Any]) -> None:
+        repo_type = "dataset" if segments[:1] == ["datasets"] else "model"
+        segments = segments[1:] if repo_type == "dataset" else segments
+        segments[-1] = segments[-1].removesuffix(".git")
+        self.hub._find_repo(repo_type, segments)
+        self.hub._authorize("batch", self._headers())
+        objects = []
+        for obj in payload.get("objects", []):
+            entry: dict[str, Any] = {"oid": obj["oid"], "size": obj["size"], "authenticated": True}
+            if obj["oid"] not in self.hub.lfs_objects:           # stored already: no actions, the client skips it
+                entry["actions"] = {"upload": {"href": f"{self.hub.url}/lfs-objects/{obj['oid']}", "header": {}},
+                                    "verify": {"href": f"{self.hub.url}/lfs-objects/verify", "header": {}}}
+            objects.append(entry)
+        self._send_json(200, {"transfer": "basic", "objects": objects})
+
+    def _lfs_put(self, oid: str) -> None:
+        if "upload" in self.hub.refuse:
+            self._read_body()                        # the body first: the connection stays usable
+            status, message = self.hub.refuse["upload"]
+            raise _HubError(status, "Refused", message)
+        length = int(self.headers.get("Content-Length") or 0)
+        with self.hub._lock:
+            drop = self.hub.drop_uploads > 0 and length > 1
+            self.hub.drop_uploads -= 1 if drop else 0
+        if drop:                                     # half the body, then the connection goes, unanswered
+            self.rfile.read(length // 2)
+            self.hub.lfs_puts.append((oid, False))
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        data = self._read_body()
+        complete = hashlib.sha256(data).hexdigest() == oid
+        self.hub.lfs_puts.append((oid, complete))
+        if not complete:
+            raise _HubError(400, "BadUpload", "the uploaded bytes do not match their sha256")
+        self.hub.lfs_objects[oid] = data
+        self._send(200, {"Content-Length": "0"})
+
+    def _upload_api(self, repo: _Repo, endpoint: str, revision: str, body: bytes) -> None:
+        self.hub._check_revision(repo, revision)
+        self.hub._authorize(endpoint, self._headers())
+        if endpoint == "preupload":
+            files = []
+            for f in json.loads(body or b"{}").get("files", []):
+                binary = b"\0" in base64.b64decode(f.get("sample", ""))
+                lfs = binary or f["size"] >= LFS_UPLOAD_SIZE            # the Hub's rule without .gitattributes
+                known = repo.files.get(f["path"])
+                oid = None if known is None else known.sha256 if lfs else known.blob_oid
+                files.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False,
+                              "oid": oid})
+            self._send_json(200, {"files": files, "commitOid": repo.sha})
+            return
+        lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+        with self.hub._lock:
+            drop = self.hub.drop_commits > 0
+            self.hub.drop_commits -= 1 if drop else 0
+        if drop:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self._send_json(200, self.hub._commit(repo, lines))
 
     # -- files -------------------------------------------------------------------------------
     def _resolve(self, repo_type: str, segments: list[str]) -> None:

@@ -11,6 +11,7 @@
                         [--device D] [--timeout S] [--detach]
     gguf-trainer reset  --project DIR state|train|shards|corpus|output
     gguf-trainer packs
+    gguf-trainer publish --project DIR --repo OWNER/NAME [--private] [--include-snapshots] [--allow-demo]
     gguf-trainer demo   [--project DIR] [--pack ID]   # a project on tiny offline models (default DIR:
                                                       # ~/gguf-trainer/projects/demo/<pack folder>)
     gguf-trainer inspect FILE.gguf [--json]
@@ -40,7 +41,7 @@ from trainer_core.contract import checkpoints
 from trainer_core.packs import DEMO_PACKS, PACKS
 from trainer_core.pipeline import check_only, run_pipeline
 from trainer_core.project import Project, default_projects_root, last_project
-from trainer_core import resets
+from trainer_core import publish, resets
 from trainer_core.runner import request_stop, kill_pipeline, runtime_status, start_pipeline
 from trainer_core.stages import STAGE_NAMES
 from trainer_core.status import status_report
@@ -52,7 +53,7 @@ DEFAULT_PORT = 8655          # the GUI's, on 127.0.0.1
 DEMO_FOLDER = "demo"         # the demo projects' folder in the projects root (the CLI's and the GUI's)
 
 SUBCOMMANDS = ("serve", "download", "new", "run", "start", "stop", "kill", "status", "set", "packs", "inspect", "infer",
-               "demo", "snapshot", "reset", "plan")
+               "demo", "snapshot", "reset", "plan", "publish")
 PROJECT_HELP = "the project folder (made by `new` or `demo`)"
 TOP_EPILOG = """\
 Without a command, gguf-trainer opens the GUI (`serve`):
@@ -191,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--out", metavar="OUT", help="write the rows: .npy, or raw f32 for any other suffix")
     infer.add_argument("--compare", metavar="REF", help="reference rows (.npy or raw f32, e.g. adapter_out.bin)")
     infer.add_argument("--json", action="store_true")
+    publish.add_parser(sub)                # trainer_core/publish.py: the export, its card and plot to the Hub
     return parser
 
 
@@ -454,7 +456,7 @@ def cmd_packs(args: argparse.Namespace) -> int:
 COMMANDS = {"serve": cmd_serve, "new": cmd_new, "run": cmd_run, "start": cmd_start, "stop": cmd_stop,
             "kill": cmd_kill, "status": cmd_status, "set": cmd_set, "packs": cmd_packs,
             "inspect": cmd_inspect, "infer": cmd_infer, "demo": cmd_demo, "snapshot": cmd_snapshot,
-            "reset": cmd_reset, "download": cmd_download, "plan": cmd_plan}
+            "reset": cmd_reset, "download": cmd_download, "plan": cmd_plan, "publish": publish.cmd_publish}
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from trainer_core.base import token_store
 from trainer_core.base.atomic import atomic_write_json
 from trainer_core.base.errors import TrainerError, UsageError
 from trainer_core.base.events import Report, Reporter
+from trainer_core.base.folder import DEMO_MARKER
 from trainer_core.base.locks import FileLock
 from trainer_core.hub import OFFLINE_MODE, HubFile, endpoint, hub_unreachable, list_files, selected as _selected
 from trainer_core.jobs import JobFiles, JobReport, launch, read_status, run_job as run_detached
@@ -56,7 +57,6 @@ __all__ = ["HubFile", "MaterialStatus", "list_files", "material_status", "all_st
 
 MATERIALS_ENV, STALL_ENV = "GGUF_TRAINER_MATERIALS", "GGUF_TRAINER_STALL_S"
 PARTIAL_DIR, CHUNK = ".partial", 1 << 20
-DEMO_MARKER = ".demo.json"         # in materials/ (a dot-file: never taken for a material's file)
 DEMO_OFFLINE = "This is the offline demo: it runs on the tiny local models it was built with; nothing is downloaded."
 
 
@@ -98,7 +98,7 @@ def mark_demo(project: Project, pack_id: str) -> None:
 
 
 def is_demo(project: Project) -> bool:
-    return (project.materials_dir / DEMO_MARKER).is_file()
+    return project.is_demo
 
 
 def downloads_dir(project: Project) -> Path:

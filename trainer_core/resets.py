@@ -4,7 +4,8 @@
     train    checkpoints/, eval.json and the snapshot manifest and job files
     shards   shards/ + train
     corpus   data/ + shards + train
-    output   this project's exported GGUFs in the output folder (final and step-tagged);
+    output   this project's exported GGUFs in the output folder (final and step-tagged), its model card
+             and plot;
              never the folder, never the copies in export.copy_to
 
 Refused while the pipeline or a snapshot job runs. Materials are never touched.
@@ -36,7 +37,8 @@ def _targets(project: Project, what: str) -> list[Path]:
     if what == "output":
         out = project.output_dir()
         name = project.settings.name
-        return [project.gguf_path(), *sorted(out.glob(f"{name}-step*-f16.gguf"))]
+        return [project.gguf_path(), *sorted(out.glob(f"{name}-step*-f16.gguf")), project.card_path(),
+                project.card_plot_path()]
     return []
 
 

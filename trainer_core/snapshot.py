@@ -27,6 +27,7 @@ from trainer_core.base.locks import FileLock
 from trainer_core.project import Project
 from trainer_core.jobs import JobFiles, JobReport, launch, read_status, run_job
 from trainer_core.runner import runtime_status
+from trainer_core.stages.model_card import write_card
 
 __all__ = ["take_snapshot", "read_manifest", "job_files", "job_status", "start_job", "main", "STATUS_FILE", "PID_FILE",
            "LOG_FILE"]
@@ -108,6 +109,7 @@ def take_snapshot(project: Project, checkpoint: str = "last", fresh: bool = True
         result = evaluate_gguf(project, out, ck, where)["metrics"]
         entry["eval"] = {k: v for k, v in result.items() if isinstance(v, (int, float))}
         _record(project, entry)
+    write_card(project)             # the card lists the snapshot (and describes it while there is no final export)
     return entry
 
 

@@ -2,6 +2,8 @@
 (Export / Delete), the ggk command with Copy, and Export GGUF (regenerate from best.pt).
 Everything shown comes from the Supervisor's view (its status report), read on a tick.
 
+Below, the Publish to the Hub panel (ui/publish_panel.py).
+
 The quality plot is a matplotlib figure (lines with a marker on every snapshot, so one snapshot
 is a visible point), drawn only when the snapshots changed. The ggk command names the pack's DiT
 and VAE files (`TrainerPack.ggk_model_args`) as editable defaults: two fields, kept in the page,
@@ -24,6 +26,7 @@ from trainer_core.project import Project
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import job_status
 
+from ui import publish_panel
 from ui.action_banner import RUN
 from ui.common import banner, fmt_num, fmt_size
 from ui.context import Ctx
@@ -269,6 +272,7 @@ def build(ctx: Ctx, project_state: gr.State, top_banner: gr.HTML, timer: gr.Time
                          max_lines=1, elem_id="ggk-dit")
         vae = gr.Textbox(label="VAE file (--vae)", info="blank: the pack's file", max_lines=1, elem_id="ggk-vae")
     command = gr.Textbox(label="ggk command", buttons=["copy"], interactive=False, elem_id="ggk-command")
+    publish_panel.build(ctx, project_state)          # ui/publish_panel.py: the export, its card and plot to the Hub
     seen_quality = gr.State(None)
     chosen = gr.State(["", ""])        # the two file names, for the tick (States are no API parameters)
 

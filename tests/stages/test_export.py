@@ -173,7 +173,8 @@ def _listing(project: Project) -> set[str]:
     ("train", {"checkpoints/", "eval.json", "snapshots.json"}),
     ("shards", {"shards/", "checkpoints/", "eval.json", "snapshots.json"}),
     ("corpus", {"data/", "shards/", "checkpoints/", "eval.json", "snapshots.json"}),
-    ("output", {"../pig_t5_adapter-f16.gguf", f"../pig_t5_adapter-step{STEPS}-f16.gguf"}),
+    ("output", {"../pig_t5_adapter-f16.gguf", f"../pig_t5_adapter-step{STEPS}-f16.gguf", "../pig_t5_adapter-README.md",
+                "../pig_t5_adapter-quality.png"}),
 ])
 def test_each_reset_deletes_exactly_what_it_names(what, gone, project, run_cli):
     assert run_cli("snapshot", "--project", str(project.root), "--no-fresh").returncode == 0

@@ -28,7 +28,7 @@ from trainer_core.base.locks import FileLock
 
 __all__ = [
     "ProjectFolder", "PackCatalog", "user_dir", "default_projects_root", "remember_last_project", "last_project",
-    "new_state", "repair_state", "folder_is_project", "adapter_name", "PROJECT_FILE",
+    "new_state", "repair_state", "folder_is_project", "adapter_name", "PROJECT_FILE", "DEMO_MARKER",
 ]
 
 
@@ -43,6 +43,7 @@ class PackCatalog(Protocol):
 
 
 PROJECT_FILE = "project.json"
+DEMO_MARKER = ".demo.json"       # in materials/ of a demo project (a dot-file: never taken for a material's file)
 TOKEN_KEY = "hf_token"           # a setting kept out of project.json (base/token_store.py)
 # settings whose change makes a project's shards stale (the pack, the synthetic targets, the student's and
 # the teacher's files), and with them the checkpoints trained on them
@@ -395,6 +396,11 @@ class ProjectFolder:
         return self.root / "eval.json"
 
     @property
+    def is_demo(self) -> bool:
+        """A demo project (`gguf-trainer demo`): tiny random stand-in models, its figures no score."""
+        return (self.materials_dir / DEMO_MARKER).is_file()
+
+    @property
     def snapshots_json(self) -> Path:
         return self.root / "snapshots.json"
 
@@ -453,3 +459,12 @@ class ProjectFolder:
     def gguf_path(self, step: int | None = None) -> Path:
         tag = f"-step{step}" if step is not None else ""
         return self.output_dir() / f"{self.settings.name}{tag}-f16.gguf"
+
+    def card_path(self) -> Path:
+        """The model card beside the exports (published as the repo's README.md). Named for the adapter: the
+        output folder is the projects' parent by default, which sibling projects share."""
+        return self.output_dir() / f"{self.settings.name}-README.md"
+
+    def card_plot_path(self) -> Path:
+        """The card's quality-vs-steps plot, beside it."""
+        return self.output_dir() / f"{self.settings.name}-quality.png"

@@ -27,6 +27,7 @@ from trainer_core.contract.shards import complete_shards, mock_enabled
 from trainer_core.packs.eval_guide import MOCK_NOTE
 from trainer_core.contract.stream import val_batches
 from trainer_core.stages.base import exit_process, never, stage_main
+from trainer_core.stages.model_card import write_card
 
 __all__ = ["run", "evaluate_gguf"]
 
@@ -93,6 +94,7 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
               "checkpoint": kvs.get(KV_CHECKPOINT), "provenance": kvs, "time": time.time(),
               "seconds": round(time.monotonic() - started, 2), "pack": project.pack.id}
     atomic_write_json(project.eval_json, record)
+    write_card(project)                                # the card's figures are this export's now
     shown = ", ".join(f"{k} {m[k]:.5f}" for k in project.pack.metric_names if isinstance(m.get(k), float))
     report("metric", **{k: v for k, v in m.items() if isinstance(v, (int, float))})
     report("artifact", path=str(project.eval_json), kind="eval")
