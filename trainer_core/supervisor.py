@@ -22,11 +22,13 @@ from trainer_core.project import Project
 from trainer_core.runner import kill_pipeline, request_stop, runtime_status, start_pipeline
 from trainer_core.status import status_report
 
-__all__ = ["Supervisor", "LiveView", "downsample", "merge_progress", "LOG_FIRST_READ", "LOG_KEEP"]
+__all__ = ["Supervisor", "LiveView", "downsample", "merge_progress", "CHART_SERIES", "LOG_FIRST_READ", "LOG_KEEP"]
 
 LOG_FIRST_READ = 256 << 10      # the first read of a log shows its last 256 KB
 LOG_KEEP = 300_000              # characters of log kept for the Logs tab
 CHART_POINTS = 400              # per series, plus the last point
+TRAIN_SERIES, VAL_SERIES = ("loss", "cos"), "val_cos"     # the chart's series from metrics.jsonl and val.jsonl
+CHART_SERIES = (*TRAIN_SERIES, VAL_SERIES)
 RUNNING_PERIOD, IDLE_PERIOD, HARDWARE_PERIOD = 0.5, 3.0, 3.0
 
 
@@ -129,9 +131,9 @@ class LiveView:
             self.train_points.extend(p for p in new_train if isinstance(p.get("step"), int))
             self.val_points.extend(p for p in new_val if isinstance(p.get("step"), int))
             chart = [{"step": p["step"], "value": p[k], "series": k} for p in downsample(self.train_points)
-                     for k in ("loss", "cos") if isinstance(p.get(k), (int, float))]
-            chart += [{"step": p["step"], "value": p["val_cos"], "series": "val_cos"}
-                      for p in downsample(self.val_points) if isinstance(p.get("val_cos"), (int, float))]
+                     for k in TRAIN_SERIES if isinstance(p.get(k), (int, float))]
+            chart += [{"step": p["step"], "value": p[VAL_SERIES], "series": VAL_SERIES}
+                      for p in downsample(self.val_points) if isinstance(p.get(VAL_SERIES), (int, float))]
             self.chart = chart
             self.chart_version += 1
 

@@ -19,6 +19,7 @@ from trainer_core.project import Project
 from trainer_core.resets import RESETS, planned_deletions, reset
 from trainer_core.runner import runtime_status
 from trainer_core.snapshot import start_job
+from trainer_core.supervisor import CHART_SERIES
 
 from ui.action_banner import RUN, SNAPSHOT, follow_up, watch
 from ui.common import banner, fmt_duration, fmt_num, stage_strip_html
@@ -32,17 +33,27 @@ __all__ = ["build", "train_tick", "apply_steps", "stop_run", "request_snapshot",
 # `snapshot` (without --eval); evaluating while training runs takes the CPU from the trainer's data feed
 SNAPSHOT_EVAL_DEFAULT = False
 
-# typed columns: an untyped empty frame makes "series" numeric, and the chart keeps a numeric
-# colour scale for the real series that follow
 CHART_END_MARGIN = 0.03         # of the axis: the room past its round end step (chart_x_lim; no tick lands there)
-EMPTY_CHART = pd.DataFrame({"step": pd.Series([], dtype="int64"), "value": pd.Series([], dtype="float64"),
-                       "series": pd.Series([], dtype="str")})
+# Every frame the chart gets begins with one row per series that has no value (Vega draws nothing for it), at a
+# step left of the axis (where Gradio's thinning of a long frame never lets it stand in for a point). Gradio
+# 6.31's plot takes its colour scale's domain from the series in the value it builds its Vega view with, and a
+# new value only swaps the view's data: a series it was not built with is drawn with no stroke, invisible,
+# until the next rebuild (a changed x_lim). The first points after an empty chart, a page opened on a finished
+# run, the first val_cos: all were blank lines. With every series in every value the domain is always whole,
+# and each series keeps its colour. Typed columns: a numeric "series" would give the chart a numeric colour scale.
+SERIES_ROWS = pd.DataFrame({"step": pd.Series([-1] * len(CHART_SERIES), dtype="int64"),
+                            "value": pd.Series([math.nan] * len(CHART_SERIES), dtype="float64"),
+                            "series": pd.Series(CHART_SERIES, dtype="str")})
+EMPTY_CHART = SERIES_ROWS
 
 
 # ------------------------------------------------------------ rendering a view snapshot
 
 def chart_frame(snap: dict[str, Any]) -> pd.DataFrame:
-    return pd.DataFrame(snap["chart"]) if snap["chart"] else EMPTY_CHART
+    """The chart's value: SERIES_ROWS, then the points."""
+    if not snap["chart"]:
+        return EMPTY_CHART
+    return pd.concat([SERIES_ROWS, pd.DataFrame(snap["chart"])], ignore_index=True)
 
 
 def chart_x_lim(frame: pd.DataFrame) -> list[float] | None:
@@ -50,18 +61,20 @@ def chart_x_lim(frame: pd.DataFrame) -> list[float] | None:
     that sits on the axis's end flush inside it, against its neighbour ("195200" on a 200-step run); with the end
     CHART_END_MARGIN past a round step no tick sits on it (an explicit domain is not "niced" to one). Round: a
     multiple of half the last step's power of ten, so the axis changes a few times per decade of steps, not on
-    every point. None without points."""
-    if frame.empty:
+    every point. None without points (SERIES_ROWS are none)."""
+    steps = frame.loc[frame["value"].notna(), "step"]
+    if steps.empty:
         return None
-    last = float(frame["step"].max())
+    last = float(steps.max())
     unit = max(1.0, 10 ** math.floor(math.log10(max(last, 1.0))) / 2)
     return [0.0, math.ceil(last / unit) * unit * (1 + CHART_END_MARGIN)]
 
 
 def chart_update(snap: dict[str, Any], seen: int, axis: list[float] | None) -> tuple[Any, int, Any]:
     """(the chart's update, the series version the page has then, the step axis it has then). A changed step
-    axis goes out alone, before the points that need it: Gradio 6.31's plot rebuilds itself when its x_lim
-    changes, and a rebuild that races new points can draw none of them (a blank chart until the next change)."""
+    axis goes out alone, before the points that need it: Gradio 6.31's plot rebuilds its Vega view when its
+    x_lim changes (emptying and redrawing its element within one task, which no frame shows), and the points
+    follow as a data swap on the rebuilt view."""
     if snap["chart_version"] == seen:
         return gr.skip(), seen, axis
     frame = chart_frame(snap)

@@ -1,7 +1,8 @@
 """In a real browser (as tests/gui/test_browser.py), on a trained demo given many more steps: the Output tab with
 the pack's judging guide, then the Train tab running, stopped and resumed (screenshots of each, `shot`). What a
 person sees along the way: each stage card says "done" once, the export and evaluation of the shorter training
-are stale with why (issue 56 item 5), the chart's step labels never run into each other, an action's banner gives
+are stale with why (issue 56 item 5), the chart's step labels never run into each other and its lines never go
+blank, from the finished run through the live one (item 10), an action's banner gives
 way to its outcome, a count applied while stopped is what the cards, the metrics and the note say before and after
 the resume (item 4), and the kept steps' buttons wait for a kept step."""
 from __future__ import annotations
@@ -29,6 +30,30 @@ RECORD_JS = """() => { window.__seen = []; const text = s => { const e = documen
   rec(); const watch = new MutationObserver(rec);
   for (const id of ['#steps-note', '#train-metrics', '#stage-strip'])
     watch.observe(document.querySelector(id), {subtree: true, childList: true, characterData: true}); }"""
+
+# what the loss chart shows, recorded in the page from the moment it is installed: each state that lasts to the
+# next task or animation frame (one a frame can show) in which a line with points has no stroke colour (drawn as
+# nothing: Gradio's plot colours only the series it built its view with), or no line has one once one had. The
+# plot's rebuild on a new step axis empties its element and redraws it within one task: no frame shows that
+CHART_JS = """() => { const r = window.__chart = {drawn: 0, blank: []};
+  const look = when => { const chart = document.querySelector('#train-chart'); if (!chart) return;
+    const lines = Array.from(chart.querySelectorAll('[aria-roledescription="line mark"]'))
+      .map(m => m.matches('path') ? m : m.querySelector('path')).filter(p => p && p.getAttribute('d'));
+    const coloured = lines.filter(p => (p.getAttribute('stroke') || 'none') !== 'none').length;
+    if (coloured) r.drawn += 1;
+    if ((r.drawn && !coloured) || coloured < lines.length)
+      r.blank.push([when, Math.round(performance.now()), lines.length, coloured]); };
+  const task = new MessageChannel(); task.port1.onmessage = () => look('task');
+  new MutationObserver(() => task.port2.postMessage(0)).observe(document.body, {subtree: true, childList: true,
+    attributes: true, attributeFilter: ['stroke', 'd']});
+  const frame = () => { look('frame'); requestAnimationFrame(frame); }; requestAnimationFrame(frame); }"""
+
+
+def _chart_drawn_throughout(page) -> None:
+    """Since CHART_JS was installed, the chart has drawn its lines and never shown them blank."""
+    seen = page.evaluate("() => window.__chart")
+    assert seen["drawn"] and not seen["blank"], f"the chart went blank ([how, ms, lines, coloured]): {seen}"
+
 
 def _start(page, expect) -> None:
     """Start / Resume on the Train tab, through the plan's warning if it has one."""
@@ -58,7 +83,15 @@ def test_train_running_stopped_resumed_and_the_output_guide(ctx, browser):  # no
     project = Project.open(ctx.demo_root / source.name)
     project.update_settings([f"train.steps={MANY_STEPS}"])
     ctx.remember_project(project.root)                   # the app's own project: every page load shows it
-    with app_page(ctx, browser, tab="Output") as page:
+    ctx.first_tab = "train"           # as `app.py --demo` opens: the chart is on the page before its points are
+    with app_page(ctx, browser, tab="Train") as page:
+        # the finished run's lines reach the chart after the page has built it empty: they are drawn in colour
+        page.locator("#train-chart").wait_for()
+        page.evaluate(CHART_JS)
+        chart = page.locator('#train-chart [aria-roledescription="line mark"]')
+        expect(chart.first).to_be_visible(timeout=60_000)
+        page.wait_for_function("() => window.__chart.drawn || window.__chart.blank.length")
+        _chart_drawn_throughout(page)
         page.get_by_role("tab", name="Output").click()
         guide = project.pack.judge
         expect(page.locator("#eval")).to_contain_text(f"Judge by `{guide.headline}`".replace("`", ""),
@@ -86,7 +119,6 @@ def test_train_running_stopped_resumed_and_the_output_guide(ctx, browser):  # no
         assert done.count() >= 3                              # corpus and precompute at least (train has more to do)
         for card in done.all():
             assert card.inner_text().lower().count("done") == 1, card.inner_text()
-        chart = page.locator('#train-chart [aria-roledescription="line mark"]')
         expect(chart.first).to_be_visible(timeout=60_000)
         labels_apart(page)
 
@@ -98,6 +130,7 @@ def test_train_running_stopped_resumed_and_the_output_guide(ctx, browser):  # no
                                                                                      timeout=120_000)
         expect(page.locator("#banner")).to_contain_text("Pipeline started")     # it stays while the run goes on
         _wait_past(page, demo_cache.STEPS + 20)
+        _chart_drawn_throughout(page)            # the finished run's lines, then each new point (issue 56 item 10)
         labels_apart(page)
         shot(page, "train-running")
 
@@ -142,6 +175,7 @@ def test_train_running_stopped_resumed_and_the_output_guide(ctx, browser):  # no
         for note, step, card in seen:
             assert "trainer still on" not in (note or ""), seen
             assert f"/ {MANY_STEPS}" not in (step or "") and f"/{MANY_STEPS} " not in (card or ""), seen
+        _chart_drawn_throughout(page)            # through the stop, the applied count and the resume
         labels_apart(page)
         shot(page, "train-resumed")
         page.locator("#train-stop").click()

@@ -1,10 +1,11 @@
-"""The Train tab's loss chart: its step axis (no label flush against its neighbour at the end) and the order its
-updates go out in (a new axis alone, then the points)."""
+"""The Train tab's loss chart: its step axis (no label flush against its neighbour at the end), the order its
+updates go out in (a new axis alone, then the points), and every series named in every frame it gets."""
 from __future__ import annotations
 
 import gradio as gr
 import pandas as pd
 
+from trainer_core.supervisor import CHART_SERIES
 from ui import train_tab
 
 
@@ -31,7 +32,7 @@ def test_a_new_axis_goes_out_alone_and_the_points_on_the_next_tick():
     update, seen, axis = train_tab.chart_update(snap, -1, None)
     assert update == {"__type__": "update", "x_lim": [0.0, 206.0]} and seen == -1 and axis == [0.0, 206.0]
     update, seen, axis = train_tab.chart_update(snap, seen, axis)
-    assert isinstance(update, pd.DataFrame) and len(update) == 20 and seen == 4
+    assert isinstance(update, pd.DataFrame) and len(update) == len(CHART_SERIES) + 20 and seen == 4
     update, seen, axis = train_tab.chart_update(snap, seen, axis)
     assert isinstance(update, type(gr.skip())) and seen == 4
     # past the round stretch: the wider axis first, alone, then the points
@@ -44,3 +45,18 @@ def test_a_new_axis_goes_out_alone_and_the_points_on_the_next_tick():
     snap = {"chart": _frame(240).to_dict("records"), "chart_version": 6}
     update, seen, axis = train_tab.chart_update(snap, seen, axis)
     assert update["step"].max() == 240 and seen == 6 and axis == [0.0, 257.5]
+
+
+def test_every_frame_names_every_series_first_with_no_value():
+    """Gradio's plot colours only the series in the value it built its view with: each frame, the empty one too,
+    begins with one value-less row per series, in one order (the colours), left of the axis."""
+    for snap in ({"chart": [], "chart_version": 0}, {"chart": _frame(30).to_dict("records"), "chart_version": 1}):
+        frame = train_tab.chart_frame(snap)
+        head = frame.iloc[:len(CHART_SERIES)]
+        assert list(head["series"]) == list(CHART_SERIES) and head["value"].isna().all() and (head["step"] < 0).all()
+        assert len(frame) == len(CHART_SERIES) + len(snap["chart"])
+        assert str(frame["series"].dtype) != "int64" and frame["value"].dtype == "float64"
+    assert train_tab.chart_x_lim(train_tab.chart_frame({"chart": []})) is None      # the rows are no points
+    # as the page gets it: the series' rows carry no value (null), so Vega draws nothing for them
+    sent = gr.LinePlot(x="step", y="value", color="series").postprocess(train_tab.EMPTY_CHART)
+    assert sent.datatypes["series"] == "nominal" and [row[1] for row in sent.data] == [None] * len(CHART_SERIES)
