@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
-__all__ = ["LocalHub", "RecordedRequest", "parquet_bytes"]
+__all__ = ["LocalHub", "RecordedRequest", "parquet_bytes", "go_online"]
 
 CHUNK_BYTES = 16 * 1024
 LFS_POINTER_SIZE = 134  # what the Hub reports for every LFS pointer file
@@ -733,3 +733,11 @@ def _search(self: _Handler, segments: list[str], raw_query: str) -> bool:
     self._send_json(200, [_search_entry(self.hub, r, expand, full) for r in page], headers)
     return True
 
+
+def go_online(monkeypatch: Any, url: str) -> None:
+    """This test process asks the Hub at `url` from now on, online: HF_ENDPOINT set, HF_HUB_OFFLINE (which the
+    suite sets, and huggingface_hub reads once, at import) unset in the environment and in the library."""
+    import huggingface_hub.constants as constants
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)

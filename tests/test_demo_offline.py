@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from hub_server import LocalHub
+from hub_server import LocalHub, go_online
 from trainer_core import materials
 from trainer_core.base.errors import UsageError
 from trainer_core.project import Project
@@ -21,10 +21,7 @@ from trainer_core.packs.lookup import find_material
 def hub(monkeypatch):
     """A loopback Hub holding nothing: any request a demo makes shows up in `hub.requests`."""
     with LocalHub({}) as h:
-        monkeypatch.setenv("HF_ENDPOINT", h.url)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        import huggingface_hub.constants as constants
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)        # read at import; the test goes online
+        go_online(monkeypatch, h.url)
         yield h
 
 

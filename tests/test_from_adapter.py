@@ -21,7 +21,7 @@ import torch
 
 import demo_cache
 from conftest import cli_here
-from hub_server import LocalHub
+from hub_server import LocalHub, go_online
 
 from trainer_core.base.errors import UsageError
 from trainer_core.base.events import ListReport
@@ -188,10 +188,7 @@ def hub_repo(tmp_path, monkeypatch):
     other = write_plain_gguf(tmp_path / "other.gguf", narrow).read_bytes()
     with LocalHub({"someone/pig-pixart": {"adapter-f16.gguf": good, "old/narrow-f16.gguf": other,
                                           "README.md": b"# an adapter\n"}}) as hub:
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        import huggingface_hub.constants as constants
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        go_online(monkeypatch, hub.url)
         yield good
 
 

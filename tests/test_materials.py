@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from hub_server import LocalHub
+from hub_server import LocalHub, go_online
 from trainer_core import materials
 from trainer_core.project import Project
 from trainer_core.packs.lookup import find_material, resolve_material
@@ -44,10 +44,7 @@ def repos():
 @pytest.fixture
 def hub(repos, monkeypatch):
     with LocalHub(repos) as h:
-        monkeypatch.setenv("HF_ENDPOINT", h.url)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        import huggingface_hub.constants as constants
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)        # read at import; the test goes online
+        go_online(monkeypatch, h.url)
         monkeypatch.setenv(materials.STALL_ENV, "2")
         yield h
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import cli_here
-from hub_server import LocalHub
+from hub_server import LocalHub, go_online
 from student_files import student_gguf_bytes
 from trainer_core import materials
 from trainer_core.base.diskspace import human
@@ -37,10 +37,7 @@ def repos():
 @pytest.fixture
 def hub(repos, monkeypatch):
     with LocalHub(repos) as h:
-        monkeypatch.setenv("HF_ENDPOINT", h.url)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        import huggingface_hub.constants as constants
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)        # read at import; the test goes online
+        go_online(monkeypatch, h.url)
         yield h
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hub_server import LocalHub
+from hub_server import LocalHub, go_online
 from student_files import student_gguf_bytes
 from trainer_core.base.diskspace import human
 from trainer_core.packs.lookup import resolve_material
@@ -27,10 +27,7 @@ def repos():
 @pytest.fixture
 def hub(repos, monkeypatch):
     with LocalHub(repos) as h:
-        monkeypatch.setenv("HF_ENDPOINT", h.url)                       # the app and its download job use it
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        import huggingface_hub.constants as constants
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        go_online(monkeypatch, h.url)                       # the app and its download job use it
         yield h
 
 

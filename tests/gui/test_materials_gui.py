@@ -9,7 +9,7 @@ import time
 import pytest
 from gradio_client import Client
 
-from hub_server import LocalHub
+from hub_server import LocalHub, go_online
 from trainer_core import materials
 from trainer_core.base.procs import run_delays
 from trainer_core.project import Project
@@ -31,10 +31,7 @@ def hub(monkeypatch):
                                                  "special_tokens_map.json": b"{}", "spiece.model": b"s" * 500,
                                                  "tokenizer_config.json": b"{}"}}
     with LocalHub(repos) as h:
-        monkeypatch.setenv("HF_ENDPOINT", h.url)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        import huggingface_hub.constants as constants
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        go_online(monkeypatch, h.url)
         yield h
 
 
