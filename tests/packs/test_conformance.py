@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,6 +78,37 @@ def test_the_demo_learns_and_evaluates_its_export(pack_id, trained):
     logged = [json.loads(line) for line in (project.checkpoints_dir / "metrics.jsonl").read_text().splitlines()]
     first, last = logged[0], logged[-1]
     assert last["step"] == demo_cache.STEPS and last["cos"] > first["cos"] and last["rel_mse"] < first["rel_mse"]
+    card_reads_back(project, pack_id)          # in the test that waits for the run, not in one more that waits too
+
+
+def card_reads_back(project: Project, pack_id: str) -> None:
+    """The model card the run's stages wrote beside the export (issue 54): huggingface_hub's ModelCard reads it, with
+    the teacher and student repos, the tags and this export's eval.json figures; a demo says it is a machinery check
+    first; the engine command names the GGUF by its name; the plot sits beside it; no folder of this machine."""
+    from huggingface_hub import ModelCard
+    text = project.card_path().read_text(encoding="utf-8")
+    card = ModelCard.load(project.card_path())
+    data = card.data.to_dict()
+    materials = {m.id: m.repo for m in project.pack.project_materials(project)}
+    assert data["base_model"][0] == materials.get("teacher", project.pack.teacher_repo)
+    assert materials["student_tokenizer"] in data["base_model"]
+    assert {"gguf", "pig_clip", pack_id, "machinery-check"} <= set(data["tags"])
+    # model-index holds this export's figures: eval.json's numbers, each under its own key
+    record = json.loads(project.eval_json.read_text())
+    assert Path(record["gguf"]).name == project.gguf_path().name
+    results = card.data.eval_results
+    assert results and {r.metric_type for r in results} >= set(project.pack.judge.keys() if project.pack.judge else ())
+    for r in results:
+        assert r.metric_value == record[r.metric_type]
+    # the body: a demo says so first; the engine command names the GGUF by its name; the plot sits beside it
+    assert card.text.lstrip().startswith("**Machinery check")
+    command = text.split("```sh\n", 1)[1].split("\n```", 1)[0]
+    assert project.gguf_path().name in command.split() and "/" not in command
+    assert project.card_plot_path().read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"]({project.card_plot_path().name})" in text
+    # nothing of this machine's folders
+    for folder in (project.root, project.output_dir(), Path(os.environ.get("HOME", "/nonexistent"))):
+        assert str(folder) not in text
 
 
 @pytest.mark.parametrize("pack_id", IDS)

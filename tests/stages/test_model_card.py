@@ -1,49 +1,20 @@
 """The model card the export, eval and snapshots write beside the GGUF (trainer_core/stages/model_card.py), read
-back by huggingface_hub's own ModelCard, on every demo pack's cached run (tests/demo_cache.py: no new run)."""
+back by huggingface_hub's own ModelCard. Every demo pack's card is checked by the conformance suite, in the test
+that reads its cached run (tests/packs/test_conformance.py: card_reads_back); here, how the card follows the
+evaluation, the snapshots, the teacher's licence and the mock teacher."""
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
-import pytest
 
 import demo_cache
-from trainer_core.packs import DEMO_PACKS
 from trainer_core.project import Project
 
 
 def _card(project: Project):
     from huggingface_hub import ModelCard
     return ModelCard.load(project.card_path())
-
-
-@pytest.mark.parametrize("pack_id", DEMO_PACKS)
-def test_every_demo_export_has_a_card_the_hub_reads_with_its_eval_figures(pack_id):
-    project = Project.open(demo_cache.trained(pack_id))            # read only: the card the run's stages wrote
-    text = project.card_path().read_text(encoding="utf-8")
-    card = _card(project)
-    data = card.data.to_dict()
-    materials = {m.id: m.repo for m in project.pack.project_materials(project)}
-    assert data["base_model"][0] == materials.get("teacher", project.pack.teacher_repo)
-    assert materials["student_tokenizer"] in data["base_model"]
-    assert {"gguf", "pig_clip", pack_id, "machinery-check"} <= set(data["tags"])
-    # model-index holds this export's figures: eval.json's numbers, each under its own key
-    record = json.loads(project.eval_json.read_text())
-    assert Path(record["gguf"]).name == project.gguf_path().name
-    results = card.data.eval_results
-    assert results and {r.metric_type for r in results} >= set(project.pack.judge.keys() if project.pack.judge else ())
-    for r in results:
-        assert r.metric_value == record[r.metric_type]
-    # the body: a demo says so first; the engine command names the GGUF by its name; the plot sits beside it
-    assert card.text.lstrip().startswith("**Machinery check")
-    command = text.split("```sh\n", 1)[1].split("\n```", 1)[0]
-    assert project.gguf_path().name in command.split() and "/" not in command
-    assert project.card_plot_path().read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert f"]({project.card_plot_path().name})" in text
-    # nothing of this machine's folders
-    for folder in (project.root, project.output_dir(), Path(os.environ.get("HOME", "/nonexistent"))):
-        assert str(folder) not in text
 
 
 def test_the_card_follows_the_evaluation_and_snapshots(tmp_path):
