@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trainer_core.base.errors import TrainerError, UsageError
+from trainer_core.base.errors import first_line, TrainerError, UsageError
 from trainer_core.project import Project
 from trainer_core.term_progress import TerminalBars, progress_line
 
@@ -63,7 +63,7 @@ def cmd_download(args: argparse.Namespace) -> int:
         try:
             listing = list_files(m, token_for(project))
         except Exception as e:      # noqa: BLE001 — offline, refused, unknown repo: say which
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            first = first_line(e)
             print(f"{m.id}: cannot list {m.repo} on the Hub ({first}); check the network, HF_ENDPOINT or "
                   f"the token and run the command again", file=sys.stderr)
             failed += 1

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trainer_core.base.errors import first_line
+
 if TYPE_CHECKING:
     from trainer_core.packs.base import Material
 
@@ -46,7 +48,7 @@ def hub_unreachable(timeout: float = 5.0) -> str | None:
     try:
         get_session().head(endpoint(), timeout=timeout)
     except Exception as e:     # noqa: BLE001 — no route, refused, no name, a proxy or TLS failure: not reachable
-        return (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return first_line(e)
     return None
 
 

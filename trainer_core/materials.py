@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from trainer_core.base import token_store
 from trainer_core.base.atomic import atomic_write_json
-from trainer_core.base.errors import TrainerError, UsageError
+from trainer_core.base.errors import first_line, TrainerError, UsageError
 from trainer_core.base.events import Report, Reporter
 from trainer_core.base.folder import DEMO_MARKER
 from trainer_core.base.locks import FileLock
@@ -219,7 +219,7 @@ def all_statuses(project: Project, online: bool = True) -> list[MaterialStatus]:
             try:
                 listing = list_files(m, token)
             except httpx.TransportError as e:       # it went away (after its retries): no other listing tries
-                problem = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                problem = first_line(e)
             except Exception:       # noqa: BLE001 — refused, gated, no such repo: this one from the disk
                 listing = None
         out.append(material_status(project, m, listing))

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainer_core.base import token_store
-from trainer_core.base.errors import TrainerError, UsageError
+from trainer_core.base.errors import first_line, TrainerError, UsageError
 from trainer_core.contract.shards import mock_enabled, read_contract
 from trainer_core.hub import OFFLINE_MODE, endpoint, hub_unreachable
 from trainer_core.project import Project
@@ -126,7 +126,7 @@ def _hub_error(e: BaseException, repo: str) -> TrainerError:
         if 400 <= code < 500:
             return PublishError(f"The Hub refused the upload to {repo} (HTTP {code}: {said}); nothing was published.")
         return TrainerError(f"The Hub failed (HTTP {code}: {said}); nothing was published, try again later.")
-    text = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".:")
+    text = first_line(e).rstrip(".:")
     if _lost_connection(e):
         return PublishError(f"The connection to the Hub was lost while publishing to {repo} ({text}); publish again "
                             f"when it is back (what the Hub already holds is not sent twice).")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer_core.base.errors import TrainerError, UsageError
+from trainer_core.base.errors import first_line, TrainerError, UsageError
 from trainer_core.base.events import Reporter
 from trainer_core.hub import HubFile, endpoint, hub_unreachable, list_files
 from trainer_core.jobs import JobReport, launch, run_job as run_detached
@@ -104,10 +104,6 @@ def _unreachable_sentence(problem: str) -> str:
             "searched for or downloaded now; connect and try again, or link a pig_clip-f16.gguf you have.")
 
 
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-
 def _hub_material(repo: str, path: str) -> Material:
     """The chosen file as a one-file snapshot, which materials.download fetches."""
     return Material(STUDENT_ID, "pig_clip student GGUF", "hf_snapshot", repo=repo, patterns=(glob.escape(path),))
@@ -129,14 +125,14 @@ def find_students(token: str | None = None) -> list[Candidate]:
                     repos.setdefault(info.id)
     except Exception as e:      # noqa: BLE001 — refused, rate-limited, a connection lost since: one sentence
         raise TrainerError(f"The Hugging Face Hub ({endpoint()}) did not answer the search for pig_clip "
-                           f"({_first_line(e)}); try again later.") from None
+                           f"({first_line(e)}); try again later.") from None
     from huggingface_hub.utils import httpx
     found = []
     for repo in repos:
         try:
             files = list_files(Material(STUDENT_ID, "", "hf_snapshot", repo=repo, patterns=("*.gguf",)), token)
         except httpx.TransportError as e:     # the connection went away: no list that looks complete
-            raise TrainerError(_unreachable_sentence(_first_line(e))) from None
+            raise TrainerError(_unreachable_sentence(first_line(e))) from None
         except Exception:       # noqa: BLE001 — gated or gone since the search: not a candidate
             continue
         found += [Candidate(repo, f) for f in files if _is_student_name(f.path)]
@@ -157,7 +153,7 @@ def check_student_file(path: Path) -> str | None:
     try:
         info = describe_gguf(path)
     except Exception as e:      # noqa: BLE001 — not a GGUF, truncated, unreadable
-        text = _first_line(e)
+        text = first_line(e)
         if not text.startswith(str(path)):
             return f"it cannot be read as a GGUF ({text})"
         return "it" + text[len(str(path)):].split("; ")[0].rstrip(".")     # the reader's clause, without its advice
@@ -221,7 +217,7 @@ def fetch_student(project: Project, repo: str, path: str, say: Callable[[dict[st
     try:
         files = list_files(material, token)
     except Exception as e:      # noqa: BLE001 — no such repo, gated, refused
-        raise DownloadError(f"{repo} cannot be listed on the Hub ({_first_line(e)}); check the repo name "
+        raise DownloadError(f"{repo} cannot be listed on the Hub ({first_line(e)}); check the repo name "
                             "(`--find-student` lists them).") from None
     if [f.path for f in files] != [path]:
         raise DownloadError(f"{repo} has no file {path}; `--find-student` lists the pig_clip GGUFs there.")

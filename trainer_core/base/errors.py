@@ -34,6 +34,7 @@ GUI catch. They keep the base exit code 1 (a failure, not bad input).
 from __future__ import annotations
 
 __all__ = [
+    "first_line",
     "TrainerError", "UsageError", "ConfigError", "NoProjectError", "ProjectExistsError",
     "UnknownPackError", "ModelFileError", "AlreadyRunningError", "CorpusError", "StageNotAvailableError",
     "DiskFullError", "FolderError",
@@ -100,3 +101,9 @@ class FolderError(UsageError):
 
 class StageNotAvailableError(TrainerError):
     pass
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none): what a one-sentence error
+    quotes of a library's multi-line one."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

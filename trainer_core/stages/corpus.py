@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 from trainer_core.base import token_store
 from trainer_core.base.atomic import remove_temps_in
-from trainer_core.base.errors import CorpusError
+from trainer_core.base.errors import CorpusError, first_line
 from trainer_core.base.events import Report
 from trainer_core.contract.text_corpus import build_pool, read_prompt_file, split_corpus
 from trainer_core.packs.lookup import require_material
@@ -36,7 +36,7 @@ def prompt_sources(project: Project, report: Report) -> list[tuple[str, Iterator
         try:
             texts = list(read_preset(preset, token))     # a failure surfaces here, not inside the pool
         except Exception as e:   # noqa: BLE001 — a failing source is skipped with a warning, as the brief says
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            first = first_line(e)
             report("log", level="warning", message=f"prompt preset {preset_id} ({preset.repo}) skipped: {first}")
             continue
         sources.append((f"preset {preset_id}", iter(texts)))

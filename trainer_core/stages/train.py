@@ -32,7 +32,7 @@ from trainer_core.base.allocator import keep_large_blocks, needs_large_blocks
 from trainer_core.base.atomic import atomic_write_text
 from trainer_core.contract.dist import close_group, init_group, rank_device
 from trainer_core.contract.dist import current as current_rank
-from trainer_core.base.errors import TrainerError
+from trainer_core.base.errors import first_line, TrainerError
 from trainer_core.base.events import Report
 from trainer_core.contract.objective import ValScore, as_float, batch_loss, model_outputs
 from trainer_core.project import Project, settings_from_dict
@@ -204,7 +204,7 @@ class Trainer:
         try:
             return self._train_step(batch)
         except Exception as e:  # noqa: BLE001 — torch.compile raises many kinds; eager is always available
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            first = first_line(e)[:200]
             self.report("log", level="warning", message=f"torch.compile failed ({type(e).__name__}: {first}); "
                                                         "training continues without it (train.compile off)")
             self.net, self.compiled = self._eager_net, False
