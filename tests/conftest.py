@@ -35,6 +35,8 @@ def isolated_env(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GGUF_TRAINER_HOME", str(home / ".gguf-trainer"))
+    # what the trainer caches to save time (the offline demo's Qwen tokenizer) is shared by the whole session
+    monkeypatch.setenv("GGUF_TRAINER_CACHE", str(demo_cache.shared_cache()))
     for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "GGUF_TRAINER_MATERIALS",
                 "GGUF_TRAINER_MOCK_TEACHER", "GGUF_TRAINER_LOCK_FD", "GGUF_TRAINER_RUN_ID", "GGUF_TRAINER_PARENT_PID"):
         monkeypatch.delenv(var, raising=False)

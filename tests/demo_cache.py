@@ -47,12 +47,19 @@ def configure(factory: pytest.TempPathFactory) -> None:
     _ROOT = _cache_root(factory)
 
 
+def shared_cache() -> Path:
+    """The session's GGUF_TRAINER_CACHE (base/folder.cache_dir): what any test or process caches is built once."""
+    assert _ROOT is not None, "demo_cache.configure() runs at session start (tests/conftest.py)"
+    return _ROOT.parent / "trainer-cache"
+
+
 def _env_of(root: Path) -> pytest.MonkeyPatch:
     """The environment a cached demo is built in: its own home, nothing of the user's or a test's."""
     mp = pytest.MonkeyPatch()
     mp.setenv("HOME", str(root / "home"))
     mp.setenv("GGUF_TRAINER_HOME", str(root / "home" / ".gguf-trainer"))
     mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.setenv("GGUF_TRAINER_CACHE", str(shared_cache()))
     for var in ("GGUF_TRAINER_MOCK_TEACHER", "GGUF_TRAINER_MATERIALS", "GGUF_TRAINER_RUN_ID"):
         mp.delenv(var, raising=False)
     return mp

