@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+import demo_cache
 from conftest import cli
 
 STAGES = ("corpus", "precompute_val", "precompute_train", "train", "train", "export", "eval")
@@ -123,18 +124,17 @@ def _kill_during(root: Path, stage: str, share: float, counts: dict[str, int],
 
 
 def test_kill_9_anywhere_then_resume_gives_the_same_gguf(tmp_path):
-    template = tmp_path / "template" / "t5_adapter"
-    assert cli("demo", "--project", str(template)).returncode == 0
+    template = demo_cache.copy_built("t5xxl_pixart", tmp_path / "template")      # `gguf-trainer demo`'s project
     assert cli("set", "--project", str(template), *(x for s in SETTINGS for x in ("--set", s))).returncode == 0
 
-    reference = Path(shutil.copytree(template, tmp_path / "reference" / "t5_adapter"))
+    reference = Path(shutil.copytree(template, tmp_path / "reference" / template.name))
     r = cli("run", "--project", str(reference), timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     want = (reference.parent / "pig_t5_adapter-f16.gguf").read_bytes()
     counts = _event_counts(reference / "events.jsonl")
     assert set(counts) == set(ORDER) and all(counts.values()), counts
 
-    chaos = Path(shutil.copytree(template, tmp_path / "chaos" / "t5_adapter"))
+    chaos = Path(shutil.copytree(template, tmp_path / "chaos" / template.name))
     rng = random.Random(20261201)
     outcomes = []
     for stage, share in zip(STAGES, SHARES):

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import demo_cache
 from conftest import cli
 from trainer_core.base import diskspace
 from trainer_core.base.atomic import atomic_path, atomic_write_bytes
@@ -165,8 +166,7 @@ def test_an_export_into_a_full_disk_fails_with_the_sentence_and_the_next_run_fin
     if not _can_mount():
         pytest.skip("needs a tmpfs (root): the export writes in a child process")
     out = tmpfs("4m")
-    root = tmp_path / "t5_adapter"
-    assert cli("demo", "--project", str(root)).returncode == 0
+    root = demo_cache.copy_built("t5xxl_pixart", tmp_path)
     assert cli("set", "--project", str(root), "--set", f"export.output_dir={out}", "--set", "train.steps=20",
                "--set", "train.val_every=10", "--set", "train.save_every=10").returncode == 0
     _fill(out, 20 << 10)                         # 20 KB left: the adapter (~150 KB) does not fit

@@ -141,8 +141,7 @@ def test_a_run_keeps_its_calibrated_plan_and_status_sets_it_beside_what_happened
 
 def test_without_a_calibration_the_plan_is_a_rough_estimate_and_says_so(tmp_path):
     from trainer_core.plan.estimate import SOURCE
-    root = tmp_path / "t5_adapter"
-    assert cli("demo", "--project", str(root)).returncode == 0
+    root = demo_cache.copy_built("t5xxl_pixart", tmp_path)
     plan = make_plan(Project.open(root))
     assert not plan["calibrated"] and plan["total_seconds"] > 0
     assert all(st["source"] == SOURCE and "rough" in st["source"] for st in plan["stages"].values())

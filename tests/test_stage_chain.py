@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+import demo_cache
 from conftest import cli
 from trainer_core.base.events import EventTailer, ListReport
+from trainer_core.project import Project
 from trainer_core.stages import base as stage_base
 
 SHORT = ("train.steps=20", "train.val_every=10", "train.save_every=10", "train.log_every=5")
@@ -26,15 +28,16 @@ def _running_pids(root: Path, stage: str) -> list[int]:
             if e["type"] == "status" and e["payload"].get("status") == "running" and "pid" in e["payload"]]
 
 
-def _demo(root: Path, settings: tuple[str, ...] = SHORT) -> None:
-    assert cli("demo", "--project", str(root)).returncode == 0
+def _demo(where: Path, settings: tuple[str, ...] = SHORT) -> Path:
+    """A copy of the session's built PixArt demo (tests/demo_cache.py) under `where`, `settings` applied."""
+    root = demo_cache.copy_built("t5xxl_pixart", where)
     if settings:
-        assert cli("set", "--project", str(root), *(x for s in settings for x in ("--set", s))).returncode == 0
+        Project.open(root).update_settings(list(settings))
+    return root
 
 
 def test_the_precompute_splits_run_in_the_corpus_process_and_load_the_models_once(tmp_path):
-    root = tmp_path / "t5_adapter"
-    _demo(root, ())
+    root = _demo(tmp_path, ())
     r = cli("run", "--project", str(root), "--only", "corpus", "precompute_val", "precompute_train", timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     state = json.loads((root / "state.json").read_text())
@@ -53,8 +56,7 @@ def test_the_precompute_splits_run_in_the_corpus_process_and_load_the_models_onc
 
 
 def test_only_the_val_split_runs_alone(tmp_path):
-    root = tmp_path / "t5_adapter"
-    _demo(root, ())
+    root = _demo(tmp_path, ())
     r = cli("run", "--project", str(root), "--only", "corpus", "precompute_val", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     state = json.loads((root / "state.json").read_text())
@@ -69,8 +71,7 @@ def test_only_the_val_split_runs_alone(tmp_path):
 
 
 def test_train_export_and_eval_share_a_process_and_the_teacher_process_ends_first(tmp_path):
-    root = tmp_path / "t5_adapter"
-    _demo(root)
+    root = _demo(tmp_path)
     r = cli("run", "--project", str(root), timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     state = json.loads((root / "state.json").read_text())
@@ -93,7 +94,6 @@ def test_train_export_and_eval_share_a_process_and_the_teacher_process_ends_firs
     assert len(pids["train"]) == 1
 
     # a stop that reaches the evaluation between two batches ends it "stopped", eval.json untouched
-    from trainer_core.project import Project
     from trainer_core.stages import evaluate
     before = (root / "eval.json").read_bytes()
     asked = []
@@ -105,8 +105,7 @@ def test_train_export_and_eval_share_a_process_and_the_teacher_process_ends_firs
 
 
 def test_eval_turned_off_ends_the_chain_at_export(tmp_path):
-    root = tmp_path / "t5_adapter"
-    _demo(root, SHORT + ("export.run_eval=false",))
+    root = _demo(tmp_path, SHORT + ("export.run_eval=false",))
     r = cli("run", "--project", str(root), timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     state = json.loads((root / "state.json").read_text())
