@@ -127,33 +127,39 @@ def trained_one(reference, tmp_path_factory):
     return project
 
 
-def test_ddp_over_two_processes_follows_the_one_process_loss_curve(reference, trained_one, tmp_path):
+@pytest.fixture(scope="module")
+def trained_two(reference, tmp_path_factory):
+    """The same run as DDP over two processes, uninterrupted: (the project, the launcher's stdout)."""
+    root = tmp_path_factory.mktemp("two") / "t5_adapter"
+    shutil.copytree(reference.root, root)
+    project = Project.open(root)
+    project.update_settings(SETTINGS)
+    r = stage("trainer_core.stages.train", project, processes=2)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return project, r.stdout
+
+
+def test_ddp_over_two_processes_follows_the_one_process_loss_curve(trained_one, trained_two):
     """Same global batch (16): each rank takes half, DDP averages the gradients. Tolerance: losses
     within 1e-5 relative and weights within 1e-4 absolute of the one-process run after 60 steps
     (float32 sums in another order; measured 1.1e-5)."""
-    root = tmp_path / "t5_adapter"
-    shutil.copytree(reference.root, root)
-    Project.open(root).update_settings(SETTINGS)
-    r = stage("trainer_core.stages.train", Project.open(root), processes=2)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    one, two = losses(trained_one), losses(Project.open(root))
+    project, stdout = trained_two
+    root = project.root
+    one, two = losses(trained_one), losses(project)
     assert [s for s, _ in one] == [s for s, _ in two] == list(range(4, 61, 4))
     for (_, a), (_, b) in zip(one, two):
         assert b == pytest.approx(a, rel=1e-5)
     w1, w2 = weights(trained_one.checkpoints_dir / "last.pt"), weights(root / "checkpoints" / "last.pt")
     for k in w1:
         torch.testing.assert_close(w2[k], w1[k], atol=1e-4, rtol=0)
-    assert r.stdout.count('"type": "metric"') == len(two) + 3      # rank 0 alone reports (15 points + 3 validations)
+    assert stdout.count('"type": "metric"') == len(two) + 3      # rank 0 alone reports (15 points + 3 validations)
 
 
-def test_a_stopped_ddp_run_resumes_to_the_same_weights(reference, tmp_path):
-    runs = {}
-    for name in ("straight", "stopped"):
-        root = tmp_path / name / "t5_adapter"
-        shutil.copytree(reference.root, root)
-        Project.open(root).update_settings(SETTINGS)
-        runs[name] = Project.open(root)
-    assert stage("trainer_core.stages.train", runs["straight"], processes=2).returncode == 0
+def test_a_stopped_ddp_run_resumes_to_the_same_weights(reference, trained_two, tmp_path):
+    root = tmp_path / "stopped" / "t5_adapter"
+    shutil.copytree(reference.root, root)
+    Project.open(root).update_settings(SETTINGS)
+    runs = {"straight": trained_two[0], "stopped": Project.open(root)}
     project = runs["stopped"]
     argv = launcher_argv("trainer_core.stages.train", 2, ["--project", str(project.root)])
     child = subprocess.Popen(argv, env=env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
