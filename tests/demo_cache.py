@@ -22,15 +22,32 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 STEPS = 60
 SETTINGS = (f"train.steps={STEPS}",)
 
 _ROOT: Path | None = None
+# the machine's own thread settings, before the suite gives each test's processes, and this one, one thread
+# (tests/conftest.py)
+_MACHINE_THREADS = os.environ.get("OMP_NUM_THREADS")
+_MACHINE_TORCH_THREADS = torch.get_num_threads()
+
+
+@contextmanager
+def machine_threads():
+    """This process computes with the machine's own torch thread count inside."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(_MACHINE_TORCH_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _cache_root(factory: pytest.TempPathFactory) -> Path:
@@ -60,6 +77,10 @@ def _env_of(root: Path) -> pytest.MonkeyPatch:
     mp.setenv("GGUF_TRAINER_HOME", str(root / "home" / ".gguf-trainer"))
     mp.setenv("HF_HUB_OFFLINE", "1")
     mp.setenv("GGUF_TRAINER_CACHE", str(shared_cache()))
+    if _MACHINE_THREADS is None:            # torch's default, as the recorded runs (tests/data/demo_hashes.json) had
+        mp.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        mp.setenv("OMP_NUM_THREADS", _MACHINE_THREADS)
     for var in ("GGUF_TRAINER_MOCK_TEACHER", "GGUF_TRAINER_MATERIALS", "GGUF_TRAINER_RUN_ID"):
         mp.delenv(var, raising=False)
     return mp
@@ -137,7 +158,8 @@ def _make(pack_id: str, what: str) -> Path:
                     (_ROOT / f"{what}-{pack_id}.run.json").write_text(json.dumps(figures), encoding="utf-8")
                 else:
                     from trainer_core.demo import build_demo
-                    project = build_demo(project_root, pack_id)
+                    with machine_threads():
+                        project = build_demo(project_root, pack_id)
                     project.update_settings(list(SETTINGS))
             finally:
                 mp.undo()
