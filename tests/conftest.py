@@ -12,10 +12,6 @@ import torch
 
 import demo_cache
 
-# This worker computes with one torch thread too (the other worker has the other core); the demo builds that the
-# recorded exports start from go back to the machine's count while they run (demo_cache.machine_threads).
-torch.set_num_threads(1)
-
 REPO = Path(__file__).resolve().parent.parent
 
 # huggingface_hub and datasets read HF_HUB_OFFLINE once, when first imported — which may happen while
@@ -46,9 +42,23 @@ def _one_thread_per_process():
     mp.undo()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread_per_module():
+    _one_torch_thread()
+
+
+def _one_torch_thread() -> None:
+    """This worker computes with one torch thread too (the other worker has the other core), so what a test runs
+    in-process and what its processes run sum in the same order. Set again for every module and test: code under
+    test may change it (a CPU teacher takes every core). The demo builds that the recorded exports start from go
+    back to the machine's count while they run (demo_cache.machine_threads)."""
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path_factory, monkeypatch):
     """No test sees the user's home, settings or Hub token."""
+    _one_torch_thread()
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GGUF_TRAINER_HOME", str(home / ".gguf-trainer"))

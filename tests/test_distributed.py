@@ -116,27 +116,26 @@ def losses(project: Project) -> list[tuple[int, float]]:
 SETTINGS = ["train.steps=60", "train.log_every=4", "train.val_every=20", "train.save_every=20"]
 
 
-@pytest.fixture(scope="module")
-def trained_one(reference, tmp_path_factory):
-    root = tmp_path_factory.mktemp("one") / "t5_adapter"
+def _train(reference: Project, where, processes: int) -> tuple[Project, str]:
+    """SETTINGS trained uninterrupted over `processes` on a copy of the reference shards: (the project, stdout)."""
+    root = where.mktemp(f"train{processes}") / "t5_adapter"
     shutil.copytree(reference.root, root)
     project = Project.open(root)
     project.update_settings(SETTINGS)
-    r = stage("trainer_core.stages.train", project)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return project
+    r = stage("trainer_core.stages.train", project, processes=processes)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return project, r.stdout
+
+
+@pytest.fixture(scope="module")
+def trained_one(reference, tmp_path_factory):
+    return _train(reference, tmp_path_factory, 1)[0]
 
 
 @pytest.fixture(scope="module")
 def trained_two(reference, tmp_path_factory):
-    """The same run as DDP over two processes, uninterrupted: (the project, the launcher's stdout)."""
-    root = tmp_path_factory.mktemp("two") / "t5_adapter"
-    shutil.copytree(reference.root, root)
-    project = Project.open(root)
-    project.update_settings(SETTINGS)
-    r = stage("trainer_core.stages.train", project, processes=2)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    return project, r.stdout
+    """The same run as DDP over two processes."""
+    return _train(reference, tmp_path_factory, 2)
 
 
 def test_ddp_over_two_processes_follows_the_one_process_loss_curve(trained_one, trained_two):
