@@ -14,9 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer_core.contract import checkpoints
-from trainer_core.project import Project
-from trainer_core.contract.shards import split_complete
+from trainer_core.base import collector
+
+collector.pause_for_imports()     # in a stage process, before its imports (base/collector.py)
+
+from trainer_core.contract import checkpoints  # noqa: E402
+from trainer_core.project import Project  # noqa: E402
+from trainer_core.contract.shards import split_complete  # noqa: E402
 
 __all__ = ["StageSpec", "STAGES", "STAGE_NAMES", "stage_done", "stage_wanted", "spec_of", "export_current"]
 

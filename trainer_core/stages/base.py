@@ -36,6 +36,7 @@ import traceback
 from typing import Any, Callable
 
 from trainer_core.contract.dist import current as current_rank
+from trainer_core.base import collector
 from trainer_core.base.allocator import keep_heap_pad
 from trainer_core.base.diskspace import disk_error
 from trainer_core.base.errors import TrainerError, UsageError
@@ -194,6 +195,7 @@ def stage_main(name: str, run: StageRun, argv: list[str] | None = None) -> int:
                         help="the stages to run next in this process, each when it is still to do")
     parser.add_argument("--force", action="store_true", help="with --then: re-run export / eval even when done")
     args = parser.parse_args(argv)
+    collector.settle()       # the imports are done: frozen, and collected as usual again (base/collector.py)
     keep_heap_pad()          # a step's freed temporaries stay mapped for the next (base/allocator.py)
     report: Report = Reporter()
     try:

@@ -20,6 +20,7 @@ import collections
 import time
 from typing import Any, Callable
 
+from trainer_core.base import collector
 from trainer_core.base.atomic import atomic_write_text
 from trainer_core.contract.dist import Rank, wait_for
 from trainer_core.contract.dist import current as current_rank
@@ -76,7 +77,8 @@ def run(project: Project, report: Report, should_stop: Callable[[], bool] = neve
 def _models(project: Project, report: Report, loaded: list[tuple[Any, ...]]) -> tuple[Any, ...]:
     """(student, teacher, device, session, budgets), loaded and prepared once for both splits of a run."""
     if not loaded:
-        student, teacher, device = load_models(project, report)
+        with collector.loading():                   # they live as long as the process (base/collector.py)
+            student, teacher, device = load_models(project, report)
         pack = project.pack
         budgets = pack.budgets(project, device)
         if large_block_batches(student, budgets, device) and keep_large_blocks():   # before prepare's fit

@@ -28,6 +28,7 @@ from trainer_core.contract import checkpoints
 from trainer_core.contract.adapter import count_parameters
 from trainer_core.contract.adapter_import import load_start
 from trainer_core.contract.kinds import AdapterConfig, build_adapter
+from trainer_core.base import collector
 from trainer_core.base.allocator import keep_large_blocks, needs_large_blocks
 from trainer_core.base.atomic import atomic_write_text
 from trainer_core.contract.dist import close_group, init_group, rank_device
@@ -477,7 +478,8 @@ def large_block_step(trainer: Trainer) -> bool:
 
 
 def run(project: Project, report: Report, should_stop: Callable[[], bool] = never) -> str:
-    trainer = Trainer(project, report)
+    with collector.loading():           # the adapter, its optimizer and the code they import (base/collector.py)
+        trainer = Trainer(project, report)
     if large_block_step(trainer) and keep_large_blocks():     # the stage's own process (base/allocator.py)
         report("log", level="info", message="CPU steps above 32 MiB a tensor: freed memory stays in the heap "
                                             "(up to 1 GiB) instead of being unmapped at every step")
