@@ -57,7 +57,9 @@ def _run(project: Path, policy: bool, env: dict[str, str]) -> tuple[float, str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pack", nargs="+", default=["t5xxl_pixart", "qwen35_bridge"])
+    from trainer_core.packs import DEMO_PACKS
+    ap.add_argument("--pack", nargs="+", default=[DEMO_PACKS[0]], choices=DEMO_PACKS,
+                    help=f"the demo packs measured (default: the first demo, {DEMO_PACKS[0]})")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1"}
