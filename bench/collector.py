@@ -25,8 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-CHAINS = (("trainer_core.stages.corpus", "--then", "precompute_val", "precompute_train"),
-          ("trainer_core.stages.train", "--then", "export", "eval"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT / "tests"))         # the driver's chains are the demo cache's (bench imports tests, never the reverse)
+
+from demo_cache import stage_chains  # noqa: E402
 
 
 def _cpu_of(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
@@ -40,8 +42,9 @@ def _cpu_of(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
 
 def _run(project: Path, policy: bool, env: dict[str, str]) -> tuple[float, str]:
     cpu = 0.0
-    for module, *then in CHAINS:
-        args = ["--project", str(project), *then]
+    for first, *then in stage_chains():
+        module = first.module
+        args = ["--project", str(project), *first.args, *(["--then", *(spec.name for spec in then)] if then else [])]
         if policy:
             argv = [sys.executable, "-m", module, *args]
         else:

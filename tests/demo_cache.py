@@ -95,6 +95,18 @@ def _tree_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
 
+def stage_chains() -> list[list[Any]]:
+    """The stages (StageSpecs) in the processes the driver starts for a whole run: each list runs in one process,
+    its first stage started with `--then` the others."""
+    from trainer_core.stages import STAGES
+    chains: list[list[Any]] = [[]]
+    for spec in STAGES:
+        chains[-1].append(spec)
+        if not spec.chains:
+            chains.append([])
+    return [c for c in chains if c]
+
+
 def run_processes(project_root: Path, log: Path) -> list[dict[str, Any]]:
     """Every stage, one process per chain started as the driver starts it (its command line, the project
     folder as cwd, events on stdout, appended to `log`); per process its stages, wall seconds, CPU seconds, the
@@ -102,17 +114,11 @@ def run_processes(project_root: Path, log: Path) -> list[dict[str, Any]]:
     from trainer_core.base.events import parse_event
     from trainer_core.base.procs import wait_usage
     from trainer_core.runner import child_env
-    from trainer_core.stages import STAGES
     env = child_env()
     for var in ("GGUF_TRAINER_PARENT_PID", "GGUF_TRAINER_LOCK_FD", "GGUF_TRAINER_RUN_ID"):   # no driver here
         env.pop(var, None)
-    chains: list[list[Any]] = [[]]
-    for spec in STAGES:
-        chains[-1].append(spec)
-        if not spec.chains:
-            chains.append([])
     figures = []
-    for first, *then in (c for c in chains if c):
+    for first, *then in stage_chains():
         argv = [sys.executable, "-m", first.module, "--project", str(project_root), *first.args]
         argv += ["--then", *(spec.name for spec in then)] if then else []
         started = time.monotonic()
