@@ -30,12 +30,12 @@ def _tree_bytes(*folders: Path) -> int:
 
 
 class _StageQueues(threading.Thread):
-    """How long the processes under `pid` sat ready to run without a core, read every 20 ms until `done` is set
-    (procs.run_delays; a thread keeps its last reading once it has exited): every thread's of the family, and
-    the main threads' of the stage processes (their command line names trainer_core.stages), which run one at a
-    time. Their idle seconds (test_the_default_plan_matches_the_demo_run says why): at least the wall less every
-    thread's wait and the family's CPU seconds over the cores, at most the wall less the stage processes' main
-    threads' wait."""
+    """How long the processes under `pid` sat ready to run without a core, read every 20 ms (the family found
+    every 0.25 s) until `done` is set (procs.run_delays; a thread keeps its last reading once it has exited):
+    every thread's of the family, and the main threads' of the stage processes (their command line names
+    trainer_core.stages), which run one at a time. Their idle seconds (test_the_default_plan_matches_the_demo_run
+    says why): at least the wall less every thread's wait and the family's CPU seconds over the cores, at most the
+    wall less the stage processes' main threads' wait."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -44,11 +44,14 @@ class _StageQueues(threading.Thread):
         self.stages: dict[int, bool] = {}
 
     def run(self) -> None:
+        family, next_scan = [self.pid], 0.0
         while not self.done.wait(0.02):
-            try:
-                family = [self.pid, *(c.pid for c in psutil.Process(self.pid).children(recursive=True))]
-            except psutil.Error:
-                continue
+            if time.monotonic() >= next_scan:        # a scan reads every process's stat: every 0.25 s (procs)
+                try:
+                    family = [self.pid, *(c.pid for c in psutil.Process(self.pid).children(recursive=True))]
+                except psutil.Error:
+                    continue
+                next_scan = time.monotonic() + 0.25
             for pid in family:
                 if pid not in self.stages:
                     try:

@@ -263,9 +263,10 @@ def test_logs_follow_the_newest_line_and_hardware_is_filled_on_opening(ctx, brow
         page.wait_for_function(f"({AT_BOTTOM})(document.querySelector('#log-text textarea'))", timeout=10_000)
 
         # Hardware: filled on opening, no Refresh; the CPU load is the shared reading, not 0.0. A load it must
-        # see, while it reads (it ends by itself too, should this test be killed before its cleanup)
-        busy = subprocess.Popen([sys.executable, "-c",
-                                 "import time\nend = time.time() + 600\nwhile time.time() < end: pass"])
+        # see, while it reads: a fifth of a core (a whole one was the other worker's, ~25 s of it), which ends by
+        # itself too, should this test be killed before its cleanup
+        busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 600\nwhile time.time() < end:"
+                                 "\n    t = time.time() + 0.02\n    while time.time() < t: pass\n    time.sleep(0.08)"])
         page.get_by_role("tab", name="Hardware").click()
         table = page.locator("#hw-table table.gt-hardware")
         expect(table).to_contain_text("CPU load", timeout=60_000)

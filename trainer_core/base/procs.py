@@ -85,6 +85,9 @@ class Usage:
     queued_all_seconds: float = 0.0
 
 
+_FAMILY_SCAN_S = 0.25
+
+
 def wait_peak_rss(proc: subprocess.Popen, every_s: float = 0.02) -> int:
     """Wait for `proc` to exit; the peak RSS in bytes of the largest of it and its descendants (wait_usage)."""
     return wait_usage(proc, every_s).peak_rss_bytes
@@ -95,14 +98,19 @@ def wait_usage(proc: subprocess.Popen, every_s: float = 0.02) -> Usage:
     it exits. The peak RSS is the largest of it and its descendants, each its own (VmHWM: the high-water mark
     only grows, so all but a process's last `every_s` are in it). Not ru_maxrss: Linux carries the parent's RSS
     at the fork into a child's, so a stage started by the GUI would report the GUI's size. 0 where /proc has no
-    VmHWM (not Linux). The run delays are each thread's last reading (a thread's last `every_s` is missed)."""
+    VmHWM (not Linux). The run delays are each thread's last reading (a thread's last `every_s` is missed). Its
+    descendants are looked for every _FAMILY_SCAN_S (a scan reads the stat of every process on the machine: at
+    every reading it cost more CPU than a demo's export), each one's peak read every `every_s` from then on."""
     peaks: dict[int, int] = {}
     queued: dict[int, float] = {}           # thread id → its run delay so far
+    family, next_scan = [proc.pid], 0.0
     while True:
-        try:
-            family = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))]
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            family = [proc.pid]
+        if time.monotonic() >= next_scan:   # a scan reads every process's stat: not at every reading
+            try:
+                family = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))]
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                family = [proc.pid]
+            next_scan = time.monotonic() + _FAMILY_SCAN_S
         for pid in family:
             peaks[pid] = max(peaks.get(pid, 0), _high_water(pid))
         for tid, seconds in run_delays(proc.pid).items():      # a delay only grows: a zombie's reading is no less

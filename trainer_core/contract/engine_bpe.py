@@ -152,11 +152,21 @@ class EngineBPE:
     def from_folder(cls, folder: str | os.PathLike) -> "EngineBPE":
         path = Path(folder) / "tokenizer.json"
         try:
-            return cls(json.loads(path.read_text(encoding="utf-8")))
+            text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ModelFileError(f"The student tokenizer folder {folder} has no tokenizer.json; point it at a "
                                  "folder like callgg/pig-clip-tokenizer.") from None
-        except (OSError, ValueError, TypeError) as e:
+        except (OSError, ValueError) as e:
+            raise ModelFileError(f"{path} cannot be read as the student's BPE tokenizer ({e}); download the "
+                                 "student tokenizer again.") from None
+        return cls.from_text(text, path)
+
+    @classmethod
+    def from_text(cls, text: str, path: str | os.PathLike) -> "EngineBPE":
+        """From the text of `path` (a tokenizer.json), already read."""
+        try:
+            return cls(json.loads(text))
+        except (ValueError, TypeError) as e:
             raise ModelFileError(f"{path} cannot be read as the student's BPE tokenizer ({e}); download the "
                                  "student tokenizer again.") from None
 

@@ -111,6 +111,7 @@ class GGUFHeader:
         self.path = path
         size = _check_file(path)
         self.data = data = np.memmap(path, mode="r")
+        self._bytes = memoryview(data)          # a slice of this is a view; one of the memmap, a new memmap
         self.kvs: dict[str, Any] = {}
         self.index: list[tuple[str, tuple[int, ...], int, int]] = []   # name, ne, ggml type, offset in data
         try:
@@ -141,7 +142,7 @@ class GGUFHeader:
         (n,) = _U64.unpack_from(self.data, off)
         if off + 8 + n > len(self.data):
             raise ValueError("a string runs past the end of the file")
-        return bytes(self.data[off + 8:off + 8 + n]).decode("utf-8", "replace"), off + 8 + n
+        return bytes(self._bytes[off + 8:off + 8 + n]).decode("utf-8", "replace"), off + 8 + n
 
     def _value(self, vtype: int, off: int) -> tuple[Any, int]:
         if vtype == _STRING:

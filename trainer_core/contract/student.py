@@ -11,6 +11,7 @@ Nothing here touches the clock or events; unusable files raise ModelFileError.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
@@ -62,17 +63,40 @@ def read_student_config(snapshot_dir: str | os.PathLike) -> Qwen3Config:
                              "the student snapshot again.") from None
 
 
+_TOKENIZERS: dict[bytes, tuple[Tokenizer, EngineBPE]] = {}     # tokenizer.json's digest → both, newest last
+_TOKENIZERS_KEPT = 4
+
+
 def load_tokenizer(snapshot_dir: str | os.PathLike) -> Tokenizer:
     """The tokenizer in `<snapshot_dir>/tokenizer.json`."""
+    return _tokenizers(snapshot_dir)[0]
+
+
+def _tokenizers(snapshot_dir: str | os.PathLike) -> tuple[Tokenizer, EngineBPE]:
+    """The folder's Hugging Face tokenizer and the engine's (EngineBPE), built once per process for each content of
+    tokenizer.json: pig_clip's 151k-entry vocabulary takes ~0.5 CPU-s to build, and a stage chain, the GUI or a
+    test worker loads the same one again and again (a copied project included). Neither is changed once built."""
     path = Path(snapshot_dir) / "tokenizer.json"
-    if not path.is_file():
-        raise ModelFileError(f"The student snapshot folder {Path(snapshot_dir)} has no "
-                             "tokenizer.json; point it at a folder like callgg/pig-clip-tokenizer.")
     try:
-        return Tokenizer.from_file(str(path))
-    except Exception as e:  # the tokenizers library raises plain Exception subclasses
-        raise ModelFileError(f"{path} cannot be loaded as a tokenizer ({e}); download the "
-                             "student snapshot again.") from None
+        data = path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise ModelFileError(f"The student snapshot folder {Path(snapshot_dir)} has no "
+                             "tokenizer.json; point it at a folder like callgg/pig-clip-tokenizer.") from None
+    except OSError as e:
+        raise ModelFileError(f"{path} cannot be read ({e.strerror or e}); check the file's permissions or "
+                             "download the student snapshot again.") from None
+    key = hashlib.blake2b(data, digest_size=16).digest()
+    if key not in _TOKENIZERS:
+        try:
+            text = data.decode("utf-8")
+            tokenizer = Tokenizer.from_str(text)
+        except Exception as e:  # the tokenizers library raises plain Exception subclasses
+            raise ModelFileError(f"{path} cannot be loaded as a tokenizer ({e}); download the "
+                                 "student snapshot again.") from None
+        _TOKENIZERS[key] = (tokenizer, EngineBPE.from_text(text, path))
+        while len(_TOKENIZERS) > _TOKENIZERS_KEPT:
+            del _TOKENIZERS[next(iter(_TOKENIZERS))]
+    return _TOKENIZERS[key]
 
 
 def tokenize(tokenizer: Tokenizer, text: str) -> list[int]:
@@ -260,8 +284,7 @@ def load_student(gguf_path: str | os.PathLike, snapshot_dir: str | os.PathLike,
             raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, not {dtype!r}")
         dtype = _DTYPES[dtype]
     config = read_student_config(snapshot_dir)
-    tokenizer = load_tokenizer(snapshot_dir)
-    engine = EngineBPE.from_folder(snapshot_dir)
+    tokenizer, engine = _tokenizers(snapshot_dir)
     state = read_student_gguf(gguf_path, config, dtype)
     model = _empty_model(config)
     model.load_state_dict(state, strict=True, assign=True)

@@ -22,11 +22,12 @@
 """
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -92,15 +93,27 @@ def seed_ids_from_file(path: str | os.PathLike, text: str, image_tokens: Sequenc
                        ) -> tuple[list[int], list[tuple[int, int]]]:
     """build_prompt_ids with the Qwen3.5 vocabulary the adapter file carries, tokenized as the engine's
     Qwen35Tokenizer does (its BPE over those arrays, its 33 added tokens; EngineBPE is the same BPETokenizer)."""
+    try:
+        stat = os.stat(path)
+    except OSError:                     # not cached: reading it says what is wrong with it
+        bpe = _file_bpe.__wrapped__(str(path), 0, 0, 0)
+    else:
+        bpe = _file_bpe(str(Path(path).resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    return build_prompt_ids(bpe.encode, text, image_tokens)
+
+
+@functools.lru_cache(maxsize=2)
+def _file_bpe(path: str, inode: int, size: int, mtime_ns: int) -> Any:
+    """The EngineBPE over the vocabulary a file carries, read once per process per file version (~1 CPU-s for
+    Qwen3.5's 248k tokens and merges; `infer` and the engine checks tokenize prompt after prompt)."""
     from trainer_core.contract.engine_bpe import EngineBPE
     from trainer_core.contract.gguf_read import read_gguf_string_array
     tokens = read_gguf_string_array(path, "tokenizer.ggml.tokens")
     merges = read_gguf_string_array(path, "tokenizer.ggml.merges")
     ids = {t: i for i, t in enumerate(tokens)}
-    bpe = EngineBPE({"model": {"type": "BPE", "vocab": ids, "merges": merges},
-                     "added_tokens": [{"content": t, "id": ids[t]} for t in SPECIAL_TOKENS if t in ids]},
-                    engine_extras=False)
-    return build_prompt_ids(bpe.encode, text, image_tokens)
+    return EngineBPE({"model": {"type": "BPE", "vocab": ids, "merges": merges},
+                      "added_tokens": [{"content": t, "id": ids[t]} for t in SPECIAL_TOKENS if t in ids]},
+                     engine_extras=False)
 
 
 def check_template(encode: Callable[[str], list[int]], what: str) -> None:
