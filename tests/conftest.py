@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 # (atomically: two workers may write one file at once).
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# A shell without job control starts a background job (`bash .ci/run &`) with SIGINT ignored, and every process a
+# test starts would inherit that: the command under test would never see the Ctrl-C a test sends it
+# (test_materials' Ctrl-C test waited out its 60 s). The suite's processes take SIGINT as a terminal gives it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # huggingface_hub and datasets read HF_HUB_OFFLINE once, when first imported — which may happen while
 # test modules are collected, before any fixture runs. Offline from the start, then; the tests that
 # talk to the loopback Hub switch huggingface_hub's constant on for themselves.
