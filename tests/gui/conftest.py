@@ -12,7 +12,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-TICK_S = 1.0
+TICK_S = 1.5                 # the app's own default
 
 
 @pytest.fixture
@@ -20,9 +20,9 @@ def ctx(tmp_path, monkeypatch):
     from ui.app import make_context
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio-tmp"))
     monkeypatch.chdir(tmp_path)
-    # a page refreshes every TICK_S (the app's default is 1.5 s): chromium works ~0.07 CPU-s per tick event, so
-    # at 0.3 s a page kept one of CI's two cores busy (0.65–0.8 of a core, measured on an idle page) and the
-    # browser tests took the other worker's core; at 1 s the page costs a third of that
+    # a page refreshes every TICK_S, the app's default: chromium works ~0.07 CPU-s per tick event, so at 0.3 s a
+    # page kept one of CI's two cores busy (0.65–0.8 of a core, measured on an idle page) and the browser tests
+    # took the other worker's core; at 1.5 s the page costs a fifth of that
     context = make_context(tmp_path / "projects", demo_root=tmp_path / "demo", tick_s=TICK_S)
     yield context
     context.supervisor.close()
