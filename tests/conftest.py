@@ -8,22 +8,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
+import demo_cache
+
+REPO = Path(__file__).resolve().parent.parent
+
 # A machine told not to write bytecode (PYTHONDONTWRITEBYTECODE, set on the CI machines here) makes every process
 # a test starts compile the trainer's ~30k lines again, and each worker re-rewrite every test module: a
 # `gguf-trainer status` took 0.83 CPU-s instead of 0.41, importing the train stage 2.8 instead of 2.4, collecting
 # the suite 19.5 instead of 10.2 (measured side by side). The suite's processes write it, as Python does by default
-# (atomically: two workers may write one file at once) — torch's too, which the test command installs uncompiled
-# (`pip install --no-compile`: 8 s less on 2 cores; this process compiles what it imports, once).
+# (atomically: two workers may write one file at once).
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-
-import pytest  # noqa: E402  (after the bytecode switch)
-import torch  # noqa: E402
-
-import demo_cache  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
-
 # A shell without job control starts a background job (`bash .ci/run &`) with SIGINT ignored, and every process a
 # test starts would inherit that: the command under test would never see the Ctrl-C a test sends it
 # (test_materials' Ctrl-C test waited out its 60 s). The suite's processes take SIGINT as a terminal gives it.

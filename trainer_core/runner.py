@@ -140,13 +140,14 @@ def start_pipeline(project: Project, only: list[str] | None = None, force: bool 
 
 def runtime_status(project: Project) -> dict[str, Any]:
     """{status, pid, stage_pid}: running (a live driver), interrupted (state says running but
-    no driver lives: a crash or a reboot), else what state.json says."""
-    state = project.read_state()
+    no driver lives: a crash or a reboot), else what state.json says. The driver is looked for first and
+    state.json read after: read before, a driver that wrote "done" and exited in between read as interrupted."""
     record = read_pid_file(project.pipeline_pid)
     stage_record = read_pid_file(project.stage_pid)
     stage_pid = stage_record["pid"] if pid_alive(stage_record) else None
     if pid_alive(record):
         return {"status": "running", "pid": record["pid"], "stage_pid": stage_pid}
+    state = project.read_state()
     status = state.get("status") or "idle"
     if status == "running":
         status = "interrupted"
