@@ -3,6 +3,7 @@ against transformers' own Qwen3Model, padding, and one clear error per malformed
 from __future__ import annotations
 
 import json
+import shutil
 
 import gguf
 import numpy as np
@@ -447,3 +448,21 @@ def test_snapshot_config_of_another_model(tmp_path, student_ggufs):
     (folder / "config.json").write_text(json.dumps({"model_type": "t5"}), encoding="utf-8")
     assert_model_file_error(lambda: load_student(student_ggufs["f32"], folder),
                             folder / "config.json", "describes a t5")
+
+
+def test_a_process_builds_the_tokenizers_once_per_tokenizer_json_content(tmp_path, snapshot):
+    """The same tokenizer.json in another folder (a copied project) gives the same built tokenizers; a changed one
+    gives new ones that encode by the new vocabulary; a damaged one is refused by name."""
+    from trainer_core.contract import student as student_module
+    first = student_module._tokenizers(snapshot)
+    copy = shutil.copytree(snapshot, tmp_path / "copy")
+    assert student_module._tokenizers(copy) == first
+    data = json.loads((copy / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = data["model"]["vocab"]
+    vocab["cat"], vocab["dog"] = vocab["dog"], vocab["cat"]          # two pieces trade their ids
+    (copy / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    tokenizer, engine = student_module._tokenizers(copy)
+    assert tokenizer is not first[0] and engine is not first[1]
+    assert engine.encode("cat") == first[1].encode("dog") and tokenizer.encode("dog").ids == first[1].encode("cat")
+    (copy / "tokenizer.json").write_text('{"model": ', encoding="utf-8")
+    assert_model_file_error(lambda: load_tokenizer(copy), copy / "tokenizer.json", "cannot be loaded")
