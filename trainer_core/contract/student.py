@@ -64,7 +64,7 @@ def read_student_config(snapshot_dir: str | os.PathLike) -> Qwen3Config:
 
 
 _TOKENIZERS: dict[bytes, tuple[Tokenizer, EngineBPE]] = {}     # tokenizer.json's digest → both, newest last
-_TOKENIZERS_KEPT = 4
+_TOKENIZERS_KEPT = 2                 # ~120 MB a pair for pig_clip
 
 
 def load_tokenizer(snapshot_dir: str | os.PathLike) -> Tokenizer:
